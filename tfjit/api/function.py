@@ -1,0 +1,168 @@
+"""``tfjit.function``: the jit_compile front door.
+
+``jit_compile=True`` (must-compile): the traced function becomes one cluster;
+an op tfjit cannot compile is an InvalidArgumentError at the first call that
+names the op, the node and the user's source line.  Each new input signature
+(dtypes + shapes) traces and compiles once; later calls with that signature go
+straight to the TfjitLaunch op (one eager op, no tf.function round trip).
+
+``jit_compile=None``: auto-clustering inside this function; ``False``: a plain
+``tf.function``.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from tfjit import dtypes as dt
+from tfjit.api import errors
+from tfjit.api.service import SERVICE
+from tfjit.graph import cluster as clustering
+from tfjit.graph.graphdef import Graph
+from tfjit.graph.mark import mark
+from tfjit.runtime import launch
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, (tf.Tensor, np.ndarray, tf.Variable)) and not isinstance(x, tf.RaggedTensor)
+
+
+def _leaf_key(x):
+    if isinstance(x, tf.Tensor):
+        return (x.dtype, tuple(x.shape))
+    if isinstance(x, np.ndarray):
+        return (tf.as_dtype(x.dtype), x.shape)
+    if isinstance(x, tf.Variable):
+        raise TypeError("tfjit.function does not take tf.Variable arguments yet; pass tensors")
+    try:
+        hash(x)
+    except TypeError:
+        raise TypeError(f"tfjit.function: argument {x!r} is neither a tensor nor hashable") from None
+    return ("py", type(x), x)
+
+
+class _Entry:
+    """One compiled signature: calls the launch op and rebuilds the output structure."""
+
+    def __init__(self, key, compiled, captures, structured_outputs, out_dtypes, out_shapes, spec):
+        self.key = key
+        self.compiled = compiled
+        self.captures = captures
+        self.structured_outputs = structured_outputs
+        self.out_dtypes = out_dtypes
+        self.out_shapes = out_shapes
+        self.spec = spec
+
+    def __call__(self, flat_tensors):
+        outs = launch.launch(list(flat_tensors) + self.captures, cluster=self.spec.key,
+                             Tout=self.out_dtypes, output_shapes=self.out_shapes)
+        it = iter(outs)
+        return tf.nest.map_structure(lambda x: next(it) if isinstance(x, tf.Tensor) else x,
+                                     self.structured_outputs)
+
+
+class Function:
+    def __init__(self, fn, jit_compile=True, autograph: bool = True, name: str | None = None):
+        if jit_compile not in (True, False, None):
+            raise ValueError(f"jit_compile must be True, False or None, got {jit_compile!r}")
+        self._fn = fn
+        self.jit_compile = jit_compile
+        self._tf = tf.function(fn, autograph=autograph)
+        self._entries: dict = {}
+        self._lock = threading.Lock()
+        self.name = name or getattr(fn, "__name__", "fn")
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        return functools.partial(self.__call__, instance)
+
+    # -- calling ---------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if self.jit_compile is False:
+            return self._tf(*args, **kwargs)
+        flat = tf.nest.flatten((args, kwargs))
+        key = tuple(_leaf_key(x) for x in flat)
+        entry = self._entries.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._entries.get(key) or self._build(key, args, kwargs)
+                self._entries[key] = entry
+        return entry([x for x in flat if _is_tensor(x)])
+
+    def experimental_get_compile_count(self) -> int:
+        """How many signatures this function has compiled (one per new shape/dtype signature)."""
+        return len(self._entries)
+
+    # -- tracing and compiling -------------------------------------------------------------
+    def _build(self, key, args, kwargs):
+        def spec(x):
+            if _is_tensor(x):
+                return tf.TensorSpec(tuple(x.shape), tf.as_dtype(x.dtype))
+            return x
+        s_args, s_kwargs = tf.nest.map_structure(spec, (args, kwargs))
+        cf = self._tf.get_concrete_function(*s_args, **s_kwargs)
+        if self.jit_compile is None:
+            from tfjit.api.autocluster import AutoEntry
+            return AutoEntry(cf)
+        return self._must_compile(key, cf)
+
+    def _must_compile(self, key, cf):
+        graph = Graph(cf.graph.as_graph_def())
+        graph_name = cf.graph.name
+        refused = [(n, graph.nodes[n].op, r) for n, r in mark(graph).items() if r]
+        if refused:
+            raise errors.unsupported(graph_name, refused, cf.graph)
+        captures = list(cf.captured_inputs)
+        for c in captures:
+            if c.dtype == tf.resource:
+                raise errors.unsupported(graph_name, [(c.name, "ReadVariableOp",
+                                         "captured resource variables are not compiled yet")])
+        inputs = [(t.op.name, t.value_index) for t in cf.inputs]
+        outputs = [(t.op.name, t.value_index) for t in cf.outputs]
+        names = [n for n in graph.nodes if n not in {i[0] for i in inputs}]
+        info = _tensor_info(cf.graph)
+        spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs, name=graph_name)
+        SERVICE.install()
+        SERVICE.register(spec.key, spec.graph_def)
+        signature = tuple((dt.from_tf_enum(t.dtype.as_datatype_enum), tuple(t.shape)) for t in cf.inputs)
+        from tfjit.lower.graph_to_ir import LoweringError
+        try:
+            compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name))
+        except LoweringError as e:
+            raise errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph) from None
+        out_dtypes = [t.dtype for t in cf.outputs]
+        out_shapes = [tuple(t.shape) for t in cf.outputs]
+        return _Entry(key, compiled, captures, cf.structured_outputs, out_dtypes, out_shapes, spec)
+
+    # -- introspection -----------------------------------------------------------------------
+    def compiled(self, *args, **kwargs):
+        """The ``pipeline.Compiled`` for these arguments' signature (compiling if needed)."""
+        flat = tf.nest.flatten((args, kwargs))
+        key = tuple(_leaf_key(x) for x in flat)
+        if key not in self._entries:
+            self(*args, **kwargs)
+        return self._entries[key].compiled
+
+
+def _tensor_info(graph):
+    def info(node: str, index: int):
+        t = graph.get_operation_by_name(node).outputs[index]
+        shape = None if t.shape.rank is None else tuple(t.shape.as_list())
+        return t.dtype.as_datatype_enum, shape
+    return info
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_." else "_" for c in name)[:80]
+
+
+def function(fn=None, *, jit_compile=True, autograph: bool = True):
+    """Like ``tf.function``; ``jit_compile=True`` compiles the whole function with tfjit."""
+    if fn is None:
+        return lambda f: Function(f, jit_compile=jit_compile, autograph=autograph)
+    return Function(fn, jit_compile=jit_compile, autograph=autograph)

@@ -1,0 +1,243 @@
+"""Scalar semantics of the IR's elementwise ops, as LLVM instructions.
+
+Each function takes register values (see ``llvm_types.value_type``) and returns
+one.  Semantics are TensorFlow's CPU kernels', without undefined LLVM
+behaviour: integer division checks its divisor (TF raises "Integer division by
+zero"; INT_MIN / -1 wraps), casts from float to int reproduce what TF's x86
+kernels produce for NaN and out-of-range values using saturating conversions
+and selects, and Maximum/Minimum propagate NaN and keep the left operand on
+ties, as TF does.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tfjit import dtypes as dt
+from tfjit.codegen.llvm_types import F32, I1, I16, I32, I64, const, intrinsic, value_type
+from tfjit.ir.ops import Op
+
+MESSAGES = ("Integer division by zero", "Integers to negative integer powers are not allowed")
+DIV_BY_ZERO, NEGATIVE_POWER = 1, 2
+
+_FCMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+_MATH = {Op.EXP: "exp", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p", Op.SIN: "sin",
+         Op.COS: "cos", Op.TANH: "tanh", Op.LOGISTIC: "sigmoid", Op.ERF: "erf",
+         Op.SOFTPLUS: "softplus", Op.ATAN2: "atan2"}
+_FINTRINSIC = {Op.SQRT: "sqrt", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND_EVEN: "roundeven",
+               Op.ABS: "fabs"}
+
+
+class Elemental:
+    """Emits one elementwise op; ``raise_status(code, cond)`` records a runtime error."""
+
+    def __init__(self, b: ir.IRBuilder, math, raise_status):
+        self.b = b
+        self.math = math                  # math(b, name, args) -> value (target-specific)
+        self.raise_status = raise_status
+
+    def emit(self, op: Op, in_dtype: dt.DType, out_dtype: dt.DType, args: list):
+        b = self.b
+        if op is Op.CONVERT:
+            return self.convert(args[0], in_dtype, out_dtype)
+        if op is Op.SELECT:
+            return b.select(*args)
+        if op in _FCMP:
+            return self._compare(op, in_dtype, *args)
+        if in_dtype.is_float:
+            return self._float(op, in_dtype, args)
+        return self._integer(op, in_dtype, args)
+
+    # -- floats ---------------------------------------------------------------
+    def _float(self, op, d, args):
+        b, t = self.b, value_type(d)
+        x = args[0]
+        y = args[1] if len(args) > 1 else None
+        if op is Op.ADD:
+            return b.fadd(x, y)
+        if op is Op.SUB:
+            return b.fsub(x, y)
+        if op is Op.MUL:
+            return b.fmul(x, y)
+        if op is Op.DIV:
+            return b.fdiv(x, y)
+        if op is Op.REM:
+            return b.frem(x, y)
+        if op in (Op.MAX, Op.MIN):
+            keep_lhs = b.fcmp_ordered(">=" if op is Op.MAX else "<=", x, y)
+            r = b.select(keep_lhs, x, y)
+            return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), r)
+        if op is Op.POW:
+            return self.math(b, "pow", [x, y])
+        if op in _MATH:
+            return self.math(b, _MATH[op], list(args))
+        if op in _FINTRINSIC:
+            return intrinsic(b, _FINTRINSIC[op], t, [x])
+        if op is Op.RSQRT:
+            return b.fdiv(ir.Constant(t, 1.0), intrinsic(b, "sqrt", t, [x]))
+        if op is Op.NEG:
+            return b.fneg(x)
+        if op is Op.SIGN:
+            one, zero = ir.Constant(t, 1.0), ir.Constant(t, 0.0)
+            s = b.select(b.fcmp_ordered(">", x, zero), one,
+                         b.select(b.fcmp_ordered("<", x, zero), ir.Constant(t, -1.0), zero))
+            return b.select(b.fcmp_unordered("uno", x, x), x, s)
+        if op is Op.IS_NAN:
+            return b.fcmp_unordered("uno", x, x)
+        if op is Op.IS_INF:
+            return b.fcmp_ordered("==", intrinsic(b, "fabs", t, [x]), ir.Constant(t, float("inf")))
+        if op is Op.IS_FINITE:
+            return b.fcmp_ordered("<", intrinsic(b, "fabs", t, [x]), ir.Constant(t, float("inf")))
+        raise NotImplementedError(f"{op.spelling} on {d}")
+
+    # -- integers and bools ----------------------------------------------------
+    def _integer(self, op, d, args):
+        b = self.b
+        x = args[0]
+        y = args[1] if len(args) > 1 else None
+        signed = d.is_signed
+        if op is Op.ADD:
+            return b.add(x, y)
+        if op is Op.SUB:
+            return b.sub(x, y)
+        if op is Op.MUL:
+            return b.mul(x, y)
+        if op in (Op.DIV, Op.REM):
+            return self._divide(op, d, x, y)
+        if op in (Op.MAX, Op.MIN):
+            pred = (">=" if op is Op.MAX else "<=")
+            cmp = b.icmp_signed(pred, x, y) if signed else b.icmp_unsigned(pred, x, y)
+            return b.select(cmp, x, y)
+        if op is Op.AND:
+            return b.and_(x, y)
+        if op is Op.OR:
+            return b.or_(x, y)
+        if op is Op.NOT:
+            return b.not_(x)
+        if op is Op.NEG:
+            return b.neg(x)
+        if op is Op.ABS:
+            return b.select(b.icmp_signed("<", x, const(d, 0)), b.neg(x), x) if signed else x
+        if op is Op.SIGN:
+            zero = const(d, 0)
+            pos = b.zext(b.icmp_signed(">", x, zero) if signed else b.icmp_unsigned(">", x, zero), x.type)
+            neg = b.zext(b.icmp_signed("<", x, zero), x.type) if signed else zero
+            return b.sub(pos, neg)
+        if op is Op.POW:
+            return self._int_pow(d, x, y)
+        raise NotImplementedError(f"{op.spelling} on {d}")
+
+    def _divide(self, op, d, x, y):
+        b = self.b
+        zero, one = const(d, 0), const(d, 1)
+        is_zero = b.icmp_unsigned("==", y, zero)
+        self.raise_status(DIV_BY_ZERO, is_zero)
+        if not d.is_signed:
+            safe = b.select(is_zero, one, y)
+            return b.udiv(x, safe) if op is Op.DIV else b.urem(x, safe)
+        minus_one = b.icmp_signed("==", y, const(d, -1))
+        safe = b.select(b.or_(is_zero, minus_one), one, y)
+        if op is Op.DIV:
+            return b.select(minus_one, b.neg(x), b.sdiv(x, safe))
+        return b.select(minus_one, zero, b.srem(x, safe))
+
+    def _int_pow(self, d, base, exp):
+        """Exponentiation by squaring, unrolled (branch-free), wrapping like TF."""
+        b = self.b
+        if d.is_signed:
+            self.raise_status(NEGATIVE_POWER, b.icmp_signed("<", exp, const(d, 0)))
+        result = const(d, 1)
+        for _ in range(d.bits):
+            bit = b.trunc(exp, I1)
+            result = b.select(bit, b.mul(result, base), result)
+            base = b.mul(base, base)
+            exp = b.lshr(exp, const(d, 1))
+        return result
+
+    def _compare(self, op, d, x, y):
+        b = self.b
+        if d.is_float:
+            if op is Op.NE:
+                return b.fcmp_unordered("!=", x, y)
+            return b.fcmp_ordered(_FCMP[op], x, y)
+        if d.is_signed:
+            return b.icmp_signed(_FCMP[op], x, y)
+        return b.icmp_unsigned(_FCMP[op], x, y)
+
+    # -- casts -------------------------------------------------------------------
+    def convert(self, x, src: dt.DType, dst: dt.DType):
+        b = self.b
+        if src is dst:
+            return x
+        if dst is dt.PRED:
+            if src.is_float:
+                return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+            return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+        if src.is_float and dst.is_float:
+            return self._float_to_float(x, src, dst)
+        if src.is_float:
+            return self._float_to_int(x, dst)
+        t = value_type(dst)
+        if dst.is_float:
+            v = b.uitofp(x, t) if (src is dt.PRED or not src.is_signed) else b.sitofp(x, t)
+            return self._round_half(v, dst)
+        if src is dt.PRED:
+            return b.zext(x, t)
+        if src.bits == dst.bits:
+            return x
+        if src.bits > dst.bits:
+            return b.trunc(x, t)
+        return b.sext(x, t) if src.is_signed else b.zext(x, t)
+
+    def _float_to_float(self, x, src, dst):
+        b = self.b
+        tsrc, tdst = x.type, value_type(dst)
+        if tsrc != tdst:
+            x = b.fpext(x, tdst) if tdst == ir.DoubleType() else b.fptrunc(x, tdst)
+        return self._round_half(x, dst)
+
+    def _round_half(self, v, dst):
+        """Rounds an f32 register value to f16/bf16 precision (registers stay f32)."""
+        b = self.b
+        if dst is dt.F16:
+            return b.fpext(b.fptrunc(v, ir.HalfType()), F32)
+        if dst is dt.BF16:
+            return bf16_to_f32(b, f32_to_bf16(b, v))
+        return v
+
+    def _x86_cvtt(self, x, bits: int):
+        """cvttss2si semantics: truncate; NaN/out of range give INT_MIN."""
+        b = self.b
+        t = ir.IntType(bits)
+        lo = ir.Constant(x.type, -float(2 ** (bits - 1)))
+        hi = ir.Constant(x.type, float(2 ** (bits - 1)))
+        in_range = b.and_(b.fcmp_ordered(">=", x, lo), b.fcmp_ordered("<", x, hi))
+        sat = intrinsic(b, "fptosi.sat", t, [x], [t, x.type])
+        return b.select(in_range, sat, ir.Constant(t, 1 << (bits - 1)))
+
+    def _float_to_int(self, x, dst):
+        b = self.b
+        t = value_type(dst)
+        if dst in (dt.I32, dt.I64):
+            return self._x86_cvtt(x, dst.bits)
+        if dst.bits < 32:
+            return b.trunc(self._x86_cvtt(x, 32), t)
+        if dst is dt.U32:
+            return b.trunc(self._x86_cvtt(x, 64), t)
+        # u64: the compiler's branch-free sequence on x86-64 (see interp.py)
+        a = self._x86_cvtt(x, 64)
+        c = self._x86_cvtt(b.fsub(x, ir.Constant(x.type, float(2 ** 63))), 64)
+        return b.or_(b.and_(b.ashr(a, ir.Constant(I64, 63)), c), a)
+
+
+def f32_to_bf16(b: ir.IRBuilder, v):
+    """Round-to-nearest-even f32 -> bf16 bits; NaN stays a quiet NaN."""
+    bits = b.bitcast(v, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
+    is_nan = b.fcmp_unordered("uno", v, v)
+    out = b.select(is_nan, b.or_(bits, ir.Constant(I32, 0x00400000)), rounded)
+    return b.trunc(b.lshr(out, ir.Constant(I32, 16)), I16)
+
+
+def bf16_to_f32(b: ir.IRBuilder, bits):
+    return b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)

@@ -1,0 +1,417 @@
+"""The loop-nest emitter shared by all targets.
+
+For one fusion it emits ``void kernel(void** bufs, i64 row_begin, i64 row_end)``
+(the launch op's ABI), with the fusion's roots computed *elementally*: the
+value of any instruction at an index is generated on demand from its operands'
+values at mapped indices, XLA-style, and memoised per loop scope so a value
+used twice in one iteration is computed once.  Hoisted reductions are emitted
+once per row before the row's inner loop; the inner loop then finds them in the
+memo (their index is the row index, the same SSA values).
+
+Targets supply only what differs: ``math(b, name, args)`` for transcendental
+functions.
+"""
+from __future__ import annotations
+
+import math as _math
+
+import numpy as np
+from llvmlite import ir
+
+from tfjit import dtypes as dt
+from tfjit.codegen.elemental import Elemental, bf16_to_f32, f32_to_bf16
+from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
+                                      storage_type, value_type)
+from tfjit.ir.indexing import ZERO, operand_index
+from tfjit.ir.module import Instr
+from tfjit.ir.ops import Kind, Op
+from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
+
+_IDENTITY = {"sum": 0, "prod": 1, "and": True, "or": False}
+
+
+def _index_key(v):
+    if v is ZERO:
+        return 0
+    if isinstance(v, ir.Constant):
+        return ("c", v.constant)
+    return id(v)
+
+
+def reduce_identity(kind: str, d: dt.DType):
+    if kind in _IDENTITY:
+        return _IDENTITY[kind]
+    if d.is_float:
+        return -np.inf if kind == "max" else np.inf
+    info = np.iinfo(d.numpy())
+    return info.min if kind == "max" else info.max
+
+
+class KernelEmitter:
+    def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str):
+        self.module = module
+        self.math = math
+        self.f = fusion
+        self.plan = plan
+        self.name = name
+        self.scopes: list = []
+        self.ptrs: dict = {}
+
+    # -- entry points --------------------------------------------------------------
+    def emit(self) -> list:
+        """Emits the kernel's functions; returns [(symbol, rows, cost_per_row)]."""
+        f = self.f
+        if f.kind == "loop":
+            cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * max(len(f.instrs), 1)
+            return [(self._function(self.name, self._loop_row), f.rows, cost)]
+        reduced = _math.prod(f.shape[f.outer:])
+        if f.split == 1:
+            return [(self._function(self.name, self._reduce_row), f.rows, reduced * max(len(f.instrs), 1))]
+        phase1 = self._function(self.name + ".partial", self._partial_row)
+        phase2 = self._function(self.name + ".combine", self._combine_row)
+        return [(phase1, f.rows, max(reduced // f.split, 1) * len(f.instrs)), (phase2, f.roots[0].size, f.split)]
+
+    def _function(self, symbol: str, row_body) -> str:
+        """Outer ABI function that unpacks ``bufs`` into a noalias inner body."""
+        slots = {s for i in self._buffer_instrs() for s in self.plan.slots[i]} | {self.plan.status_slot}
+        if self.f in self.plan.scratch:
+            slots.add(self.plan.scratch[self.f])
+        slots = sorted(slots)
+        inner_ty = ir.FunctionType(VOID, [PTR] * len(slots) + [I64, I64])
+        inner = ir.Function(self.module, inner_ty, name=symbol + ".body")
+        inner.linkage = "internal"
+        inner.attributes.add("alwaysinline")
+        for a in inner.args[:len(slots)]:
+            a.add_attribute("noalias")
+        outer = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), name=symbol)
+        ob = ir.IRBuilder(outer.append_basic_block("entry"))
+        bufs, begin, end = outer.args
+        args = [ob.load(ob.gep(bufs, [i64(s)], source_etype=PTR), typ=PTR) for s in slots]
+        ob.call(inner, args + [begin, end])
+        ob.ret_void()
+
+        self.b = b = ir.IRBuilder(inner.append_basic_block("entry"))
+        self.entry_block = b.block
+        self.ptrs = dict(zip(slots, inner.args))
+        self.status = self.ptrs[self.plan.status_slot]
+        self.elemental = Elemental(b, self.math, self._raise_status)
+        self.allocas: list = []
+        with for_range(b, inner.args[-2], inner.args[-1], "row") as row:
+            self.scopes = [{}]
+            row_body(row)
+        b.ret_void()
+        return symbol
+
+    def _buffer_instrs(self) -> set:
+        """Instructions this kernel reads from or writes to memory."""
+        return set(reads(self.f)) | set(self.f.roots)
+
+    # -- loop kernels --------------------------------------------------------------
+    def _loop_row(self, row):
+        f, b = self.f, self.b
+        if f.flat:
+            n = _math.prod(f.shape)
+            start = b.mul(row, i64(FLAT_BLOCK))
+            stop = b.add(start, i64(FLAT_BLOCK))
+            stop = b.select(b.icmp_signed("<", stop, i64(n)), stop, i64(n))
+            with for_range(b, start, stop, "j") as j, self._scope():
+                self._store_roots((j,))
+            return
+        outer = self._unravel(row, f.shape[:f.outer])
+        self._hoist(outer)
+        if len(f.shape) == f.outer:
+            self._store_roots(outer)
+            return
+        with for_range(b, 0, f.shape[-1], "j") as j, self._scope():
+            self._store_roots(outer + (j,))
+
+    def _store_roots(self, idx):
+        for r in self.f.roots:
+            v = self.value(r, idx)
+            for slot in self.plan.slots[r]:
+                self._store(slot, r, idx, v)
+
+    def _hoist(self, outer):
+        for h in self.f.hoisted:
+            self.value(h, outer[:h.rank])
+
+    # -- reduction kernels ------------------------------------------------------------
+    def _reduce_row(self, row):
+        root = self.f.roots[0]
+        out_idx = self._unravel(row, root.shape)
+        self._hoist(out_idx)
+        v = self.value(root, out_idx)
+        for slot in self.plan.slots[root]:
+            self._store(slot, root, out_idx, v)
+
+    def _partial_row(self, row):
+        f, b = self.f, self.b
+        root = f.roots[0]
+        out_idx = self._unravel(b.sdiv(row, i64(f.split)), root.shape)
+        chunk = b.srem(row, i64(f.split))
+        reduced = f.shape[f.outer:]
+        if len(reduced) > 1:
+            acc = self._reduce_loops(root, out_idx, [(chunk, None)] + [(0, n) for n in reduced[1:]])
+        else:
+            start = b.mul(chunk, i64(FLAT_BLOCK))
+            stop = b.add(start, i64(FLAT_BLOCK))
+            stop = b.select(b.icmp_signed("<", stop, i64(reduced[0])), stop, i64(reduced[0]))
+            acc = self._reduce_loops(root, out_idx, [(start, stop)])
+        ptr = self.ptrs[self.plan.scratch[f]]
+        b.store(acc, b.gep(ptr, [row], source_etype=acc.type))
+
+    def _combine_row(self, row):
+        f, b = self.f, self.b
+        root = f.roots[0]
+        t = value_type(root.dtype)
+        acc = self._alloca(t, const(root.dtype, reduce_identity(root.attrs["kind"], root.dtype)))
+        ptr = self.ptrs[self.plan.scratch[f]]
+        base = b.mul(row, i64(f.split))
+        with for_range(b, 0, f.split, "c") as c:
+            part = b.load(b.gep(ptr, [b.add(base, c)], source_etype=t), typ=t)
+            b.store(self._combine(root.attrs["kind"], root.dtype, b.load(acc, typ=t), part), acc)
+        out_idx = self._unravel(row, root.shape)
+        for slot in self.plan.slots[root]:
+            self._store(slot, root, out_idx, b.load(acc, typ=t))
+
+    def _reduce_loops(self, r: Instr, out_idx: tuple, ranges: list):
+        """Accumulates ``r``'s operand over ``ranges`` ([(start, stop)], stop None = fixed index)."""
+        b = self.b
+        t = value_type(r.dtype)
+        kind = r.attrs["kind"]
+        acc = self._alloca(t, const(r.dtype, reduce_identity(kind, r.dtype)))
+        operand = r.operands[0]
+
+        def nest(k, idx):
+            if k == len(ranges):
+                with self._scope():
+                    v = self.value(operand, out_idx + idx)
+                    b.store(self._combine(kind, r.dtype, b.load(acc, typ=t), v), acc)
+                return
+            start, stop = ranges[k]
+            if stop is None:
+                nest(k + 1, idx + (start,))
+                return
+            with for_range(b, start, stop, f"r{k}") as i:
+                nest(k + 1, idx + (i,))
+
+        nest(0, ())
+        return b.load(acc, typ=t)
+
+    def _combine(self, kind: str, d: dt.DType, acc, v):
+        b = self.b
+        if kind == "sum":
+            return b.fadd(acc, v, flags=("reassoc", "nsz")) if d.is_float else b.add(acc, v)
+        if kind == "prod":
+            return b.fmul(acc, v, flags=("reassoc", "nsz")) if d.is_float else b.mul(acc, v)
+        if kind == "and":
+            return b.and_(acc, v)
+        if kind == "or":
+            return b.or_(acc, v)
+        if d.is_float:
+            return intrinsic(b, "maximum" if kind == "max" else "minimum", acc.type, [acc, v])
+        pred = ">" if kind == "max" else "<"
+        cmp = b.icmp_signed(pred, v, acc) if d.is_signed else b.icmp_unsigned(pred, v, acc)
+        return b.select(cmp, v, acc)
+
+    # -- elemental generation ----------------------------------------------------------
+    def value(self, i: Instr, idx: tuple):
+        key = (i, tuple(_index_key(v) for v in idx))
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        if i in self.plan.slots and i not in self.f.instrs:
+            v = self._load(self.plan.slots[i][0], i, idx)
+        else:
+            v = self._compute(i, idx)
+        self.scopes[-1][key] = v
+        return v
+
+    def _compute(self, i: Instr, idx: tuple):
+        b = self.b
+        op = i.op
+        if op.kind is Kind.ELEMENTWISE:
+            args = [self.value(o, idx) for o in i.operands]
+            in_dtype = i.operands[-1].dtype if op is not Op.CONVERT else i.operands[0].dtype
+            return self.elemental.emit(op, in_dtype, i.dtype, args)
+        if op is Op.CONSTANT:
+            if i.value.size == 1:
+                return const(i.dtype, i.value.reshape(()).item())
+            return self._load_global(i, idx)
+        if op is Op.IOTA:
+            return self.elemental.convert(self._idx(idx[i.attrs["dim"]]), dt.I64, i.dtype)
+        mapped = operand_index(i, 0, idx) if op.kind is Kind.MOVEMENT else None
+        if mapped is not None:
+            return self.value(i.operands[0], mapped)
+        if op is Op.RESHAPE:
+            x = i.operands[0]
+            return self.value(x, self._unravel(self._linear(idx, i.shape), x.shape))
+        if op is Op.SLICE:
+            starts, strides = i.attrs["starts"], i.attrs["strides"]
+            return self.value(i.operands[0], tuple(
+                b.add(i64(s), b.mul(self._idx(v), i64(st))) for v, s, st in zip(idx, starts, strides)))
+        if op is Op.PAD:
+            return self._pad(i, idx)
+        if op is Op.CONCAT:
+            return self._concat(i, idx)
+        if op is Op.REDUCE:
+            reduced = i.operands[0].shape[i.rank:]
+            return self._reduce_loops(i, idx, [(0, n) for n in reduced])
+        if op is Op.ARGREDUCE:
+            return self._argreduce(i, idx)
+        raise NotImplementedError(op.spelling)
+
+    def _pad(self, i: Instr, idx):
+        b = self.b
+        x, pad_value = i.operands
+        inside, inner = ir.Constant(I1, 1), []
+        for v, lo, n in zip(idx, i.attrs["low"], x.shape):
+            j = b.sub(self._idx(v), i64(lo))
+            ok = b.and_(b.icmp_signed(">=", j, i64(0)), b.icmp_signed("<", j, i64(n)))
+            inside = b.and_(inside, ok)
+            inner.append(b.select(ok, j, i64(0)))
+        if x.size == 0:
+            return self.value(pad_value, ())
+        return b.select(inside, self.value(x, tuple(inner)), self.value(pad_value, ()))
+
+    def _concat(self, i: Instr, idx):
+        b = self.b
+        dim = i.attrs["dim"]
+        result, offset = None, 0
+        pos = self._idx(idx[dim])
+        for x in i.operands:
+            n = x.shape[dim]
+            if n == 0:
+                continue
+            j = b.sub(pos, i64(offset))
+            j = b.select(b.icmp_signed("<", j, i64(0)), i64(0), b.select(b.icmp_signed(">=", j, i64(n)), i64(n - 1), j))
+            v = self.value(x, idx[:dim] + (j,) + idx[dim + 1:])
+            result = v if result is None else b.select(b.icmp_signed(">=", pos, i64(offset)), v, result)
+            offset += n
+        return result
+
+    def _argreduce(self, i: Instr, idx):
+        b = self.b
+        x = i.operands[0]
+        t = value_type(x.dtype)
+        best = self._alloca(t, const(x.dtype, reduce_identity(i.attrs["kind"], x.dtype)))
+        where = self._alloca(I64, i64(0))
+        with for_range(b, 0, x.shape[-1], "a") as j, self._scope():
+            v = self.value(x, idx + (j,))
+            cur = b.load(best, typ=t)
+            pred = ">" if i.attrs["kind"] == "max" else "<"
+            if x.dtype.is_float:
+                better = b.fcmp_ordered(pred, v, cur)
+            else:
+                better = b.icmp_signed(pred, v, cur) if x.dtype.is_signed else b.icmp_unsigned(pred, v, cur)
+            b.store(b.select(better, v, cur), best)
+            b.store(b.select(better, j, b.load(where, typ=I64)), where)
+        return self.elemental.convert(b.load(where, typ=I64), dt.I64, i.dtype)
+
+    # -- memory ------------------------------------------------------------------------
+    def _load(self, slot: int, i: Instr, idx):
+        b = self.b
+        st = storage_type(i.dtype)
+        raw = b.load(b.gep(self.ptrs[slot], [self._linear(idx, i.shape)], source_etype=st), typ=st)
+        return self._from_storage(raw, i.dtype)
+
+    def _store(self, slot: int, i: Instr, idx, v):
+        b = self.b
+        st = storage_type(i.dtype)
+        b.store(self._to_storage(v, i.dtype), b.gep(self.ptrs[slot], [self._linear(idx, i.shape)], source_etype=st))
+
+    def _load_global(self, i: Instr, idx):
+        st = storage_type(i.dtype)
+        name = f"{self.b.function.name}.const.{i.name}"
+        g = self.module.globals.get(name)
+        if g is None:
+            flat = i.value.reshape(-1)
+            if i.dtype is dt.BF16:
+                flat = flat.view(np.uint16)
+            elif i.dtype is dt.PRED:
+                flat = flat.astype(np.uint8)
+            arr_t = ir.ArrayType(st, flat.size)
+            g = ir.GlobalVariable(self.module, arr_t, name=name)
+            g.global_constant = True
+            g.linkage = "internal"
+            g.initializer = ir.Constant(arr_t, [ir.Constant(st, v.item()) for v in flat])
+        b = self.b
+        raw = b.load(b.gep(g, [i64(0), self._linear(idx, i.shape)], source_etype=g.value_type), typ=st)
+        return self._from_storage(raw, i.dtype)
+
+    def _from_storage(self, raw, d: dt.DType):
+        b = self.b
+        if d is dt.PRED:
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        if d is dt.F16:
+            return b.fpext(raw, F32)
+        if d is dt.BF16:
+            return bf16_to_f32(b, raw)
+        return raw
+
+    def _to_storage(self, v, d: dt.DType):
+        b = self.b
+        if d is dt.PRED:
+            return b.zext(v, I8)
+        if d is dt.F16:
+            return b.fptrunc(v, storage_type(d))
+        if d is dt.BF16:
+            return f32_to_bf16(b, v)
+        return v
+
+    # -- index arithmetic ----------------------------------------------------------------
+    def _idx(self, v):
+        return i64(0) if v is ZERO else v
+
+    def _linear(self, idx, shape):
+        if self.f.flat and len(idx) == 1:
+            return self._idx(idx[0])
+        b = self.b
+        offset, stride = None, 1
+        for v, n in reversed(list(zip(idx, shape))):
+            if n != 1 and v is not ZERO:
+                term = self._idx(v) if stride == 1 else b.mul(self._idx(v), i64(stride))
+                offset = term if offset is None else b.add(offset, term)
+            stride *= n
+        return offset if offset is not None else i64(0)
+
+    def _unravel(self, linear, shape) -> tuple:
+        b = self.b
+        out = []
+        for k in reversed(range(len(shape))):
+            n = shape[k]
+            if n == 1:
+                out.append(ZERO)
+            elif k == 0:
+                out.append(linear)
+            else:
+                out.append(b.srem(linear, i64(n)))
+                linear = b.sdiv(linear, i64(n))
+        return tuple(reversed(out))
+
+    # -- scopes, allocas, errors ------------------------------------------------------------
+    def _scope(self):
+        emitter = self
+
+        class _Scope:
+            def __enter__(self):
+                emitter.scopes.append({})
+
+            def __exit__(self, *exc):
+                emitter.scopes.pop()
+
+        return _Scope()
+
+    def _alloca(self, t, init):
+        """A stack slot allocated in the entry block (SROA turns it into SSA)."""
+        b = self.b
+        with b.goto_block(self.entry_block):
+            b.position_at_start(self.entry_block)
+            slot = b.alloca(t)
+        b.store(init, slot)
+        return slot
+
+    def _raise_status(self, code: int, cond):
+        b = self.b
+        with b.if_then(cond, likely=False):
+            b.store(ir.Constant(ir.IntType(32), code), self.status)

@@ -1,0 +1,80 @@
+"""The CPU target: LLVM IR for the host CPU, optimised at O3, loaded with MCJIT.
+
+What differs from other targets is only here: the target machine (host CPU
+name and features, so AVX-512 is used where present), transcendental math
+(``mathlib``: branch-free polynomials that the loop vectoriser can widen), and
+how machine code is loaded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from tfjit.codegen import mathlib
+from tfjit.codegen.emitter import KernelEmitter
+
+_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine():
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
+                                        features=llvm.get_host_cpu_features().flatten(),
+                                        opt=3, codemodel="jitdefault", jit=True)
+
+
+def cpu_fingerprint() -> str:
+    """Identifies the code this target emits (part of every cache key)."""
+    return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
+
+
+@dataclasses.dataclass
+class MachineCode:
+    """Loaded code for one cluster; keep it alive while its addresses are used."""
+    engine: object
+    addresses: dict          # symbol -> address
+    llvm_ir: str             # before optimisation
+    optimized_ir: str
+
+    def asm(self) -> str:
+        return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
+
+
+def emit_module(name: str, fusions: list, plan) -> tuple:
+    """LLVM IR for all kernels of one cluster; returns (ir.Module, steps)."""
+    module = ir.Module(name=name)
+    module.triple = llvm.get_process_triple()
+    module.data_layout = str(target_machine().target_data)
+    steps = []
+    for n, f in enumerate(fusions):
+        steps += KernelEmitter(module, mathlib.emit, f, plan, f"{name}.k{n}").emit()
+    return module, steps
+
+
+def _optimise(mod) -> None:
+    tm = target_machine()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def compile_module(module: ir.Module, symbols: list) -> MachineCode:
+    text = str(module)
+    with _lock:   # LLVM's global state (pass registration, MCJIT) is not thread-safe
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        _optimise(mod)
+        engine = llvm.create_mcjit_compiler(mod, target_machine())
+        engine.finalize_object()
+        addresses = {s: engine.get_function_address(s) for s in symbols}
+    return MachineCode(engine, addresses, text, str(mod))

@@ -1,0 +1,86 @@
+"""LLVM types and small IRBuilder helpers shared by the emitter and targets."""
+from __future__ import annotations
+
+import contextlib
+
+from llvmlite import ir
+
+from tfjit import dtypes as dt
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+def storage_type(d: dt.DType) -> ir.Type:
+    """How an element of ``d`` is laid out in memory (TF's layout)."""
+    if d is dt.F16:
+        return F16
+    if d is dt.BF16:
+        return I16
+    if d is dt.F32:
+        return F32
+    if d is dt.F64:
+        return F64
+    return ir.IntType(8 if d is dt.PRED else d.bits)
+
+
+def value_type(d: dt.DType) -> ir.Type:
+    """How an element of ``d`` is held in registers (halves compute in f32)."""
+    if d in (dt.F16, dt.BF16):
+        return F32
+    if d is dt.PRED:
+        return I1
+    return storage_type(d)
+
+
+def const(d: dt.DType, value) -> ir.Constant:
+    t = value_type(d)
+    if d.is_float:
+        return ir.Constant(t, float(value))
+    if d is dt.PRED:
+        return ir.Constant(I1, int(bool(value)))
+    return ir.Constant(t, int(value) & ((1 << d.bits) - 1))
+
+
+def i64(value: int) -> ir.Constant:
+    return ir.Constant(I64, int(value))
+
+
+def intrinsic(b: ir.IRBuilder, name: str, ret: ir.Type, args: list, suffix_types=None):
+    """Calls ``llvm.<name>.<type suffixes>``, declaring it once per module."""
+    suffix_types = suffix_types or [ret]
+    full = "llvm." + name + "".join("." + _suffix(t) for t in suffix_types)
+    fn = b.module.globals.get(full)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(ret, [a.type for a in args]), name=full)
+    return b.call(fn, args)
+
+
+def _suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    return {F16: "f16", F32: "f32", F64: "f64"}[t] if t in (F16, F32, F64) else str(t)
+
+
+@contextlib.contextmanager
+def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
+    """``for (i = start; i < stop; ++i)``; yields the induction variable."""
+    start = start if isinstance(start, ir.Value) else i64(start)
+    stop = stop if isinstance(stop, ir.Value) else i64(stop)
+    pre = b.block
+    header = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(header)
+    b.position_at_end(header)
+    i = b.phi(I64, name=name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body, done)
+    b.position_at_end(body)
+    yield i
+    nxt = b.add(i, i64(1), name=f"{name}.next", flags=("nsw",))
+    i.add_incoming(nxt, b.block)
+    b.branch(header)
+    b.position_at_end(done)

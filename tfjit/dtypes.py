@@ -1,0 +1,79 @@
+"""The element types tfjit compiles, and how each maps to TF, numpy and LLVM.
+
+One table, read by every stage: the graph importer maps TF ``DataType`` enums to
+IR dtype names, the code generator maps IR dtype names to LLVM types, and the
+runtime hands TF enums to the launch op.  float16/bfloat16 are storage types:
+lowering converts them to float32 on load and back on store.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class DType:
+    name: str          # IR spelling: f32, i64, pred, ...
+    tf_enum: int       # tensorflow.DataType value
+    np_name: str       # numpy dtype name (bfloat16 via ml_dtypes)
+    bits: int
+    kind: str          # "float" | "int" | "uint" | "bool"
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind == "int"
+
+    @property
+    def itemsize(self) -> int:
+        return max(1, self.bits // 8)
+
+    @property
+    def compute(self) -> "DType":
+        """The type arithmetic happens in (half precision computes in f32)."""
+        return F32 if self.name in ("f16", "bf16") else self
+
+    def numpy(self):
+        if self.name == "bf16":
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.np_name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+F16 = DType("f16", 19, "float16", 16, "float")
+BF16 = DType("bf16", 14, "bfloat16", 16, "float")
+F32 = DType("f32", 1, "float32", 32, "float")
+F64 = DType("f64", 2, "float64", 64, "float")
+I8 = DType("i8", 6, "int8", 8, "int")
+I16 = DType("i16", 5, "int16", 16, "int")
+I32 = DType("i32", 3, "int32", 32, "int")
+I64 = DType("i64", 9, "int64", 64, "int")
+U8 = DType("u8", 4, "uint8", 8, "uint")
+U16 = DType("u16", 17, "uint16", 16, "uint")
+U32 = DType("u32", 22, "uint32", 32, "uint")
+U64 = DType("u64", 23, "uint64", 64, "uint")
+PRED = DType("pred", 10, "bool", 8, "bool")
+
+ALL = (F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, PRED)
+BY_NAME = {d.name: d for d in ALL}
+BY_TF_ENUM = {d.tf_enum: d for d in ALL}
+
+
+def from_tf_enum(value: int) -> DType | None:
+    """The IR dtype of a TF DataType enum, or None when tfjit cannot compile it."""
+    return BY_TF_ENUM.get(int(value))
+
+
+def from_name(name: str) -> DType:
+    return BY_NAME[name]

@@ -1,0 +1,165 @@
+"""Clusters: connected sets of compilable nodes, and their self-contained form.
+
+A cluster becomes one ``TfjitLaunch`` node.  Its definition is a small
+GraphDef: one ``Placeholder`` per input tensor (``_arg_<i>``), the cluster's
+nodes with inputs renamed, and one ``Identity`` per output (``_retval_<j>``).
+That GraphDef is serialised into the launch node's ``cluster_def`` attribute,
+so a rewritten graph stays self-contained: the compiler needs nothing else.
+
+Auto-clustering merges clusters by contracting data edges and refuses a
+contraction that would create a cycle through a node outside the cluster
+(after XLA's MarkForCompilationPass).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from tfjit.graph.graphdef import Graph
+from tfjit.graph.mark import STRUCTURAL
+
+ARG_PREFIX, RET_PREFIX = "_arg_", "_retval_"
+
+
+@dataclasses.dataclass
+class ClusterSpec:
+    name: str
+    nodes: list            # node names, in graph order
+    inputs: list           # [(node, output)] read from outside
+    outputs: list          # [(node, output)] used outside
+    graph_def: bytes       # the self-contained definition
+    key: str               # content hash of graph_def
+
+
+def _tensor_attrs(pb, dtype_enum: int, shape) -> None:
+    from tensorflow.core.framework import attr_value_pb2, tensor_shape_pb2
+    pb.attr["dtype"].CopyFrom(attr_value_pb2.AttrValue(type=dtype_enum))
+    proto = tensor_shape_pb2.TensorShapeProto()
+    if shape is None:
+        proto.unknown_rank = True
+    else:
+        for d in shape:
+            proto.dim.add(size=-1 if d is None else int(d))
+    pb.attr["shape"].CopyFrom(attr_value_pb2.AttrValue(shape=proto))
+
+
+def extract(graph: Graph, names: list, tensor_info, outputs=None, inputs=None,
+            name: str = "cluster") -> ClusterSpec:
+    """The definition of the cluster made of ``names``.
+
+    ``tensor_info(node, index) -> (dtype_enum, shape)`` describes any tensor;
+    ``outputs`` fixes the output list (default: every cluster tensor that a
+    node outside the cluster reads); ``inputs`` fixes the input order (default:
+    order of first use).
+    """
+    from tensorflow.core.framework import graph_pb2
+    inside = set(names)
+    order = [n.name for n in graph.topological() if n.name in inside]
+    inputs = list(inputs or [])
+    arg_of = {src: k for k, src in enumerate(inputs)}
+    for n in order:
+        for src in graph.nodes[n].inputs:
+            if src[0] not in inside and src not in arg_of:
+                arg_of[src] = len(inputs)
+                inputs.append(src)
+    if outputs is None:
+        outputs = []
+        for node in graph.nodes.values():
+            if node.name in inside:
+                continue
+            for src in node.inputs:
+                if src[0] in inside and src not in outputs:
+                    outputs.append(src)
+    by_name = {nd.name: nd for nd in graph.graph_def.node}
+    gd = graph_pb2.GraphDef()
+    gd.versions.CopyFrom(graph.graph_def.versions)
+    for k, src in enumerate(inputs):
+        ph = gd.node.add(name=f"{ARG_PREFIX}{k}", op="Placeholder")
+        _tensor_attrs(ph, *tensor_info(*src))
+    for n in order:
+        nd = gd.node.add()
+        nd.CopyFrom(by_name[n])
+        nd.ClearField("input")
+        nd.ClearField("device")
+        for text in by_name[n].input:
+            if text.startswith("^"):
+                if text[1:] in inside:
+                    nd.input.append(text)
+                continue
+            src = graph.nodes[n].inputs[len([i for i in nd.input if not i.startswith("^")])]
+            nd.input.append(f"{ARG_PREFIX}{arg_of[src]}" if src in arg_of else _tensor_name(src))
+        for attr in [a for a in nd.attr if a.startswith("_")]:
+            del nd.attr[attr]
+    for k, src in enumerate(outputs):
+        ret = gd.node.add(name=f"{RET_PREFIX}{k}", op="Identity")
+        ret.input.append(f"{ARG_PREFIX}{arg_of[src]}" if src in arg_of else _tensor_name(src))
+        from tensorflow.core.framework import attr_value_pb2
+        ret.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=tensor_info(*src)[0]))
+    data = gd.SerializeToString(deterministic=True)
+    key = hashlib.sha256(data).hexdigest()[:24]
+    return ClusterSpec(name, order, inputs, list(outputs), data, key)
+
+
+def _tensor_name(src) -> str:
+    return src[0] if src[1] == 0 else f"{src[0]}:{src[1]}"
+
+
+def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None = None) -> list:
+    """Groups compilable nodes into cycle-free clusters by edge contraction.
+
+    Returns a list of node-name lists, each with at least ``min_size``
+    effective ops (Identity/Const and friends do not count).
+    """
+    order = graph.topological()
+    pos = {n.name: k for k, n in enumerate(order)}
+    cluster = {n.name: n.name for n in order if marks.get(n.name, "structural") is None}
+    members = {c: {c} for c in cluster}
+    succ = {n.name: set() for n in order}
+    for n in order:
+        for src in [s for s, _ in n.inputs] + n.control_inputs:
+            succ[src].add(n.name)
+
+    def find(x):
+        while cluster[x] != x:
+            x = cluster[x]
+        return x
+
+    def path_avoiding(a: set, b: set) -> bool:
+        """Is there a path from a into b that leaves a∪b on the way?"""
+        stack = [s for x in a for s in succ[x] if s not in a and s not in b]
+        seen = set()
+        while stack:
+            x = stack.pop()
+            if x in b:
+                return True
+            if x in seen:
+                continue
+            seen.add(x)
+            stack.extend(s for s in succ[x])
+        return False
+
+    for n in order:
+        if n.name not in cluster:
+            continue
+        for src, _ in n.inputs:
+            if src not in cluster:
+                continue
+            a, b = find(src), find(n.name)
+            if a == b:
+                continue
+            if max_size and len(members[a]) + len(members[b]) > max_size:
+                continue
+            if path_avoiding(members[a], members[b]) or path_avoiding(members[b], members[a]):
+                continue
+            keep, gone = (a, b) if pos[a] < pos[b] else (b, a)
+            cluster[gone] = keep
+            members[keep] |= members.pop(gone)
+    out = []
+    for root, names in members.items():
+        effective = [x for x in names if graph.nodes[x].op not in _FREE]
+        if len(effective) >= min_size:
+            out.append(sorted(names, key=pos.get))
+    return sorted(out, key=lambda c: pos[c[0]])
+
+
+_FREE = frozenset({"Identity", "Const", "IdentityN", "StopGradient", "Snapshot", "NoOp"}) | STRUCTURAL

@@ -1,0 +1,159 @@
+"""A typed, read-only view of a TensorFlow GraphDef.
+
+Every attribute is decoded once, here, into plain Python values (``DType``,
+shape tuples, numpy arrays, lists), so no later stage touches protobuf
+``AttrValue`` objects.  Node inputs are parsed into ``(node, output_index)``
+pairs with control inputs kept apart.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tfjit import dtypes as dt
+
+
+@dataclasses.dataclass(frozen=True)
+class TFType:
+    """A TF dtype that tfjit may not compile (resource, string, ...)."""
+    enum: int
+    name: str
+
+    @property
+    def ir(self) -> dt.DType | None:
+        return dt.from_tf_enum(self.enum)
+
+
+def _tf_type(enum: int) -> TFType:
+    from tensorflow.core.framework import types_pb2
+    try:
+        name = types_pb2.DataType.Name(enum)
+    except ValueError:
+        name = f"type_{enum}"
+    return TFType(enum, name.replace("DT_", "").lower())
+
+
+def _shape(proto) -> tuple | None:
+    """Shape as a tuple with None for unknown dims, or None for unknown rank."""
+    if proto.unknown_rank:
+        return None
+    return tuple(None if d.size < 0 else int(d.size) for d in proto.dim)
+
+
+def _decode(value):
+    which = value.WhichOneof("value")
+    if which == "type":
+        return _tf_type(value.type)
+    if which == "shape":
+        return _shape(value.shape)
+    if which == "tensor":
+        import tensorflow as tf
+        return tf.make_ndarray(value.tensor)
+    if which == "list":
+        lst = value.list
+        for field, conv in (("type", _tf_type), ("shape", _shape), ("i", int), ("f", float),
+                            ("b", bool), ("s", bytes), ("func", lambda f: f.name)):
+            items = getattr(lst, field)
+            if len(items):
+                return tuple(conv(v) for v in items)
+        return ()
+    if which == "func":
+        return value.func.name
+    if which in ("i", "f", "b", "s"):
+        return getattr(value, which)
+    return None
+
+
+@dataclasses.dataclass
+class Node:
+    name: str
+    op: str
+    inputs: list           # [(node_name, output_index)]
+    control_inputs: list   # [node_name]
+    attrs: dict            # decoded values
+    device: str = ""
+
+    def attr(self, name, default=None):
+        return self.attrs.get(name, default)
+
+
+def _parse_input(text: str) -> tuple:
+    name, _, idx = text.partition(":")
+    return name, int(idx) if idx else 0
+
+
+class Graph:
+    """Nodes by name, in GraphDef order, plus the function library."""
+
+    def __init__(self, graph_def):
+        self.graph_def = graph_def
+        self.nodes: dict[str, Node] = {}
+        for nd in graph_def.node:
+            data_inputs = [_parse_input(i) for i in nd.input if not i.startswith("^")]
+            controls = [i[1:] for i in nd.input if i.startswith("^")]
+            attrs = {k: _decode(v) for k, v in nd.attr.items()}
+            self.nodes[nd.name] = Node(nd.name, nd.op, data_inputs, controls, attrs, nd.device)
+        self.functions = {f.signature.name: f for f in graph_def.library.function}
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Graph":
+        from tensorflow.core.framework import graph_pb2
+        gd = graph_pb2.GraphDef()
+        gd.ParseFromString(data)
+        return cls(gd)
+
+    def consumers(self) -> dict:
+        out = {n: [] for n in self.nodes}
+        for node in self.nodes.values():
+            for src, _ in node.inputs:
+                if src in out:
+                    out[src].append(node.name)
+            for src in node.control_inputs:
+                if src in out:
+                    out[src].append(node.name)
+        return out
+
+    def topological(self) -> list:
+        """Nodes ordered so that every input comes first; raises on a cycle."""
+        order, state = [], {}
+        for root in self.nodes:
+            stack = [(root, False)]
+            while stack:
+                name, done = stack.pop()
+                if done:
+                    state[name] = 2
+                    order.append(self.nodes[name])
+                    continue
+                if state.get(name) == 2:
+                    continue
+                if state.get(name) == 1:
+                    raise ValueError(f"graph has a cycle through node {name!r}")
+                state[name] = 1
+                stack.append((name, True))
+                node = self.nodes[name]
+                for src in [s for s, _ in node.inputs] + node.control_inputs:
+                    if src not in self.nodes:
+                        raise ValueError(f"node {name!r} reads unknown node {src!r}")
+                    if state.get(src) != 2:
+                        if state.get(src) == 1:
+                            raise ValueError(f"graph has a cycle through node {src!r}")
+                        stack.append((src, False))
+        return order
+
+
+def output_types(node: Node) -> list:
+    """The TF types of a node's outputs, from its attrs (best effort: T / dtype / Tout / out_type)."""
+    for key in ("Tout", "T_out"):
+        if isinstance(node.attrs.get(key), tuple):
+            return list(node.attrs[key])
+    for key in ("dtype", "DstT", "out_type", "output_type", "Tidx" if node.op == "Range" else "", "T"):
+        if key and isinstance(node.attrs.get(key), TFType):
+            if node.op in ("Unpack",):
+                return [node.attrs[key]] * int(node.attrs.get("num", 1))
+            return [node.attrs[key]]
+    return []
+
+
+def as_numpy(value) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else np.asarray(value)

@@ -1,0 +1,107 @@
+"""The tfjit IR's operations: one enum, grouped by kind.
+
+The IR is a small HLO: every instruction has one result with a static shape and
+an element type, operands are earlier instructions, and attributes are plain
+tuples/ints/strings.  The kind of an op decides how fusion and code generation
+treat it:
+
+* ``LEAF``        parameters, constants and iota: no operands.
+* ``ELEMENTWISE`` result[i] depends only on operands[i] (same shape throughout).
+* ``MOVEMENT``    result[i] is some operand element (broadcast, reshape, ...):
+                  an index mapping, no arithmetic.
+* ``REDUCE``      result drops the trailing ``len(dims)`` dimensions of the
+                  operand; lowering puts the reduced dimensions last.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Kind(enum.Enum):
+    LEAF = "leaf"
+    ELEMENTWISE = "elementwise"
+    MOVEMENT = "movement"
+    REDUCE = "reduce"
+
+
+class Op(enum.Enum):
+    # leaves
+    PARAMETER = ("parameter", Kind.LEAF, 0)
+    CONSTANT = ("constant", Kind.LEAF, 0)
+    IOTA = ("iota", Kind.LEAF, 0)            # attrs: dim
+    # unary elementwise
+    NEG = ("negate", Kind.ELEMENTWISE, 1)
+    ABS = ("abs", Kind.ELEMENTWISE, 1)
+    SIGN = ("sign", Kind.ELEMENTWISE, 1)
+    SQRT = ("sqrt", Kind.ELEMENTWISE, 1)
+    RSQRT = ("rsqrt", Kind.ELEMENTWISE, 1)
+    EXP = ("exp", Kind.ELEMENTWISE, 1)
+    EXPM1 = ("expm1", Kind.ELEMENTWISE, 1)
+    LOG = ("log", Kind.ELEMENTWISE, 1)
+    LOG1P = ("log1p", Kind.ELEMENTWISE, 1)
+    SIN = ("sin", Kind.ELEMENTWISE, 1)
+    COS = ("cos", Kind.ELEMENTWISE, 1)
+    TANH = ("tanh", Kind.ELEMENTWISE, 1)
+    LOGISTIC = ("logistic", Kind.ELEMENTWISE, 1)
+    SOFTPLUS = ("softplus", Kind.ELEMENTWISE, 1)
+    ERF = ("erf", Kind.ELEMENTWISE, 1)
+    FLOOR = ("floor", Kind.ELEMENTWISE, 1)
+    CEIL = ("ceil", Kind.ELEMENTWISE, 1)
+    ROUND_EVEN = ("round-nearest-even", Kind.ELEMENTWISE, 1)
+    NOT = ("not", Kind.ELEMENTWISE, 1)
+    IS_NAN = ("is-nan", Kind.ELEMENTWISE, 1)
+    IS_INF = ("is-inf", Kind.ELEMENTWISE, 1)
+    IS_FINITE = ("is-finite", Kind.ELEMENTWISE, 1)
+    CONVERT = ("convert", Kind.ELEMENTWISE, 1)   # TF Cast semantics (see codegen)
+    # binary elementwise
+    ADD = ("add", Kind.ELEMENTWISE, 2)
+    SUB = ("subtract", Kind.ELEMENTWISE, 2)
+    MUL = ("multiply", Kind.ELEMENTWISE, 2)
+    DIV = ("divide", Kind.ELEMENTWISE, 2)        # ints: truncating, checked for /0
+    REM = ("remainder", Kind.ELEMENTWISE, 2)     # ints: truncating, checked for /0; floats: fmod
+    MAX = ("maximum", Kind.ELEMENTWISE, 2)       # NaN-propagating, ties keep lhs
+    MIN = ("minimum", Kind.ELEMENTWISE, 2)
+    POW = ("power", Kind.ELEMENTWISE, 2)
+    ATAN2 = ("atan2", Kind.ELEMENTWISE, 2)
+    AND = ("and", Kind.ELEMENTWISE, 2)
+    OR = ("or", Kind.ELEMENTWISE, 2)
+    EQ = ("compare-eq", Kind.ELEMENTWISE, 2)
+    NE = ("compare-ne", Kind.ELEMENTWISE, 2)
+    LT = ("compare-lt", Kind.ELEMENTWISE, 2)
+    LE = ("compare-le", Kind.ELEMENTWISE, 2)
+    GT = ("compare-gt", Kind.ELEMENTWISE, 2)
+    GE = ("compare-ge", Kind.ELEMENTWISE, 2)
+    # ternary elementwise
+    SELECT = ("select", Kind.ELEMENTWISE, 3)
+    # data movement (index mappings)
+    BROADCAST = ("broadcast", Kind.MOVEMENT, 1)  # attrs: dims (operand dim d -> result dim dims[d])
+    RESHAPE = ("reshape", Kind.MOVEMENT, 1)
+    TRANSPOSE = ("transpose", Kind.MOVEMENT, 1)  # attrs: perm (result dim i = operand dim perm[i])
+    SLICE = ("slice", Kind.MOVEMENT, 1)          # attrs: starts, strides (may be negative)
+    PAD = ("pad", Kind.MOVEMENT, 2)              # operands: x, scalar pad value; attrs: low, high
+    CONCAT = ("concatenate", Kind.MOVEMENT, -1)  # attrs: dim
+    # reductions over the trailing dims
+    REDUCE = ("reduce", Kind.REDUCE, 1)          # attrs: kind (sum|prod|max|min|and|or), ndims
+    ARGREDUCE = ("argreduce", Kind.REDUCE, 1)    # attrs: kind (max|min); reduces the last dim
+
+    def __init__(self, spelling: str, kind: Kind, arity: int):
+        self.spelling = spelling
+        self.kind = kind
+        self.arity = arity   # -1: variadic
+
+    @classmethod
+    def from_spelling(cls, spelling: str) -> "Op":
+        return _BY_SPELLING[spelling]
+
+
+_BY_SPELLING = {op.spelling: op for op in Op}
+
+COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or")
+
+# Ops whose per-element cost is high enough that fusion should not duplicate
+# them into several consumers that read them at different indices.
+EXPENSIVE = frozenset({
+    Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
+    Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.DIV, Op.REM, Op.SQRT, Op.RSQRT,
+})

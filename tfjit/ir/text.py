@@ -1,0 +1,58 @@
+"""The IR's text form, HLO-like, one instruction per line.
+
+    module cluster_0 {
+      %p0 = f32[4096,4096] parameter(0)
+      %add.1 = f32[4096,4096] add(%p0, %p1)
+      %reduce.2 = f32[] reduce(%add.1), kind=sum, ndims=2
+      ROOT (%reduce.2)
+    }
+
+Constants print their values in full (row-major) so a dumped module can be
+re-run exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tfjit.ir.module import Instr, Module
+from tfjit.ir.ops import Op
+
+
+def shape_str(i: Instr) -> str:
+    return f"{i.dtype.name}[{','.join(str(d) for d in i.shape)}]"
+
+
+def _literal(value: np.ndarray) -> str:
+    flat = value.reshape(-1)
+    if value.dtype == np.bool_:
+        items = ["true" if v else "false" for v in flat]
+    elif value.dtype.kind == "f" or value.dtype.name == "bfloat16":
+        items = [repr(float(v)) for v in flat]
+    else:
+        items = [str(int(v)) for v in flat]
+    return items[0] if value.ndim == 0 else "{" + ", ".join(items) + "}"
+
+
+def _attr(value) -> str:
+    if isinstance(value, tuple):
+        return "{" + ",".join(str(v) for v in value) + "}"
+    return str(value)
+
+
+def instr_str(i: Instr) -> str:
+    if i.op is Op.PARAMETER:
+        args = str(i.index)
+    elif i.op is Op.CONSTANT:
+        args = _literal(i.value)
+    else:
+        args = ", ".join(repr(o) for o in i.operands)
+    attrs = "".join(f", {k}={_attr(v)}" for k, v in sorted(i.attrs.items()))
+    return f"%{i.name} = {shape_str(i)} {i.op.spelling}({args}){attrs}"
+
+
+def module_str(m: Module) -> str:
+    lines = [f"module {m.name} {{"]
+    lines += ["  " + instr_str(i) for i in m.instrs]
+    lines.append("  ROOT (" + ", ".join(repr(o) for o in m.outputs) + ")")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

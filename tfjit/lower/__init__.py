@@ -1,0 +1,2 @@
+"""TF op → tfjit IR lowerings.  Importing this package registers every rule."""
+from tfjit.lower import elementwise, reduce, shape  # noqa: F401

@@ -1,0 +1,232 @@
+"""Lowerings of TF's elementwise ops (math_ops / nn activations).
+
+TF's implicit numpy broadcasting becomes explicit ``broadcast`` instructions
+(``broadcast_all``); everything else maps onto IR elementwise ops whose
+semantics (NaN propagation, integer division by zero, saturation of casts) are
+TF's, as documented in tfjit/ir/ops.py and implemented by codegen and interp.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tfjit import dtypes as dt
+from tfjit.ir.ops import Op
+from tfjit.lower.registry import (ALL, FLOATS, INTS, NUMERIC, Unsupported, broadcast_all,
+                                  register, scalar_like)
+
+SIGNED = tuple(d for d in NUMERIC if d.is_float or d.is_signed)
+
+# -- binary arithmetic -----------------------------------------------------
+
+_BINARY = {
+    "Add": Op.ADD, "AddV2": Op.ADD, "Sub": Op.SUB, "Mul": Op.MUL,
+    "Maximum": Op.MAX, "Minimum": Op.MIN,
+}
+for _tf, _op in _BINARY.items():
+    register(_tf, half_in_f32=True)(lambda ctx, _op=_op: ctx.m.elementwise(_op, *broadcast_all(ctx.m, *ctx.inputs)))
+
+
+@register("Div", "RealDiv", "TruncateDiv", half_in_f32=True)
+def _div(ctx):
+    if ctx.node.op == "RealDiv" and not ctx.dtype.is_float:
+        raise Unsupported("RealDiv on integers has no CPU kernel in TensorFlow")
+    return ctx.m.elementwise(Op.DIV, *broadcast_all(ctx.m, *ctx.inputs))
+
+
+@register("DivNoNan", dtypes=FLOATS, half_in_f32=True)
+def _div_no_nan(ctx):
+    m = ctx.m
+    x, y = broadcast_all(m, *ctx.inputs)
+    zero = scalar_like(m, 0, y)
+    return m.elementwise(Op.SELECT, m.elementwise(Op.EQ, y, zero), zero, m.elementwise(Op.DIV, x, y))
+
+
+def _adjust_toward_floor(m, r, y):
+    """True where a truncated remainder r must move to floor semantics."""
+    zero = scalar_like(m, 0, r)
+    nonzero = m.elementwise(Op.NE, r, zero)
+    signs_differ = m.elementwise(Op.NE, m.elementwise(Op.LT, r, zero), m.elementwise(Op.LT, y, zero))
+    return m.elementwise(Op.AND, nonzero, signs_differ)
+
+
+@register("FloorDiv", half_in_f32=True)
+def _floor_div(ctx):
+    m = ctx.m
+    x, y = broadcast_all(m, *ctx.inputs)
+    if x.dtype.is_float:
+        return m.elementwise(Op.FLOOR, m.elementwise(Op.DIV, x, y))
+    q = m.elementwise(Op.DIV, x, y)
+    if not x.dtype.is_signed:
+        return q
+    adjust = _adjust_toward_floor(m, m.elementwise(Op.REM, x, y), y)
+    return m.elementwise(Op.SUB, q, m.convert(adjust, x.dtype))
+
+
+@register("FloorMod", "Mod", "TruncateMod", half_in_f32=True)
+def _floor_mod(ctx):
+    m = ctx.m
+    x, y = broadcast_all(m, *ctx.inputs)
+    r = m.elementwise(Op.REM, x, y)
+    if ctx.node.op != "FloorMod" or not (x.dtype.is_float or x.dtype.is_signed):
+        return r
+    return m.elementwise(Op.SELECT, _adjust_toward_floor(m, r, y), m.elementwise(Op.ADD, r, y), r)
+
+
+@register("Pow", half_in_f32=True)
+def _pow(ctx):
+    return ctx.m.elementwise(Op.POW, *broadcast_all(ctx.m, *ctx.inputs))
+
+
+@register("Atan2", dtypes=FLOATS, half_in_f32=True)
+def _atan2(ctx):
+    return ctx.m.elementwise(Op.ATAN2, *broadcast_all(ctx.m, *ctx.inputs))
+
+
+@register("SquaredDifference", half_in_f32=True)
+def _squared_difference(ctx):
+    d = ctx.m.elementwise(Op.SUB, *broadcast_all(ctx.m, *ctx.inputs))
+    return ctx.m.elementwise(Op.MUL, d, d)
+
+
+# -- unary math --------------------------------------------------------------
+
+_UNARY_FLOAT = {
+    "Sqrt": Op.SQRT, "Rsqrt": Op.RSQRT, "Exp": Op.EXP, "Expm1": Op.EXPM1, "Log": Op.LOG,
+    "Log1p": Op.LOG1P, "Sin": Op.SIN, "Cos": Op.COS, "Tanh": Op.TANH, "Sigmoid": Op.LOGISTIC,
+    "Erf": Op.ERF, "Floor": Op.FLOOR, "Ceil": Op.CEIL, "Softplus": Op.SOFTPLUS,
+}
+for _tf, _op in _UNARY_FLOAT.items():
+    register(_tf, dtypes=FLOATS, half_in_f32=True)(lambda ctx, _op=_op: ctx.m.elementwise(_op, ctx.inputs[0]))
+
+register("Neg", dtypes=SIGNED, half_in_f32=True)(lambda ctx: ctx.m.elementwise(Op.NEG, ctx.inputs[0]))
+register("Abs", dtypes=SIGNED, half_in_f32=True)(lambda ctx: ctx.m.elementwise(Op.ABS, ctx.inputs[0]))
+register("Sign", dtypes=SIGNED, half_in_f32=True)(lambda ctx: ctx.m.elementwise(Op.SIGN, ctx.inputs[0]))
+register("Square", half_in_f32=True)(lambda ctx: ctx.m.elementwise(Op.MUL, ctx.inputs[0], ctx.inputs[0]))
+
+
+@register("Reciprocal", "Inv", dtypes=FLOATS, half_in_f32=True)
+def _reciprocal(ctx):
+    x = ctx.inputs[0]
+    return ctx.m.elementwise(Op.DIV, scalar_like(ctx.m, 1, x), x)
+
+
+@register("Round", half_in_f32=True)
+def _round(ctx):
+    x = ctx.inputs[0]
+    return ctx.m.elementwise(Op.ROUND_EVEN, x) if x.dtype.is_float else x
+
+
+# -- activations ---------------------------------------------------------------
+
+@register("Relu", dtypes=SIGNED, half_in_f32=True)
+def _relu(ctx):
+    x = ctx.inputs[0]
+    return ctx.m.elementwise(Op.MAX, x, scalar_like(ctx.m, 0, x))
+
+
+@register("Relu6", dtypes=SIGNED, half_in_f32=True)
+def _relu6(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    return m.elementwise(Op.MIN, m.elementwise(Op.MAX, x, scalar_like(m, 0, x)), scalar_like(m, 6, x))
+
+
+def _elu_negative_part(m, x):
+    return m.elementwise(Op.EXPM1, x)
+
+
+@register("Elu", dtypes=FLOATS, half_in_f32=True)
+def _elu(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    positive = m.elementwise(Op.GT, x, scalar_like(m, 0, x))
+    return m.elementwise(Op.SELECT, positive, x, _elu_negative_part(m, x))
+
+
+@register("Selu", dtypes=FLOATS, half_in_f32=True)
+def _selu(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    scale, alpha = 1.0507009873554804934193349852946, 1.6732632423543772848170429916717
+    positive = m.elementwise(Op.GT, x, scalar_like(m, 0, x))
+    neg = m.elementwise(Op.MUL, scalar_like(m, scale * alpha, x), _elu_negative_part(m, x))
+    return m.elementwise(Op.SELECT, positive, m.elementwise(Op.MUL, scalar_like(m, scale, x), x), neg)
+
+
+@register("LeakyRelu", dtypes=FLOATS, half_in_f32=True)
+def _leaky_relu(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    alpha = float(ctx.attr("alpha", 0.2))
+    positive = m.elementwise(Op.GT, x, scalar_like(m, 0, x))
+    return m.elementwise(Op.SELECT, positive, x, m.elementwise(Op.MUL, x, scalar_like(m, alpha, x)))
+
+
+# -- predicates and logic ------------------------------------------------------
+
+for _tf, _op in {"IsNan": Op.IS_NAN, "IsInf": Op.IS_INF, "IsFinite": Op.IS_FINITE}.items():
+    register(_tf, dtypes=FLOATS, half_in_f32=True)(lambda ctx, _op=_op: ctx.m.elementwise(_op, ctx.inputs[0]))
+
+_COMPARE = {"Equal": Op.EQ, "NotEqual": Op.NE, "Less": Op.LT, "LessEqual": Op.LE,
+            "Greater": Op.GT, "GreaterEqual": Op.GE}
+for _tf, _op in _COMPARE.items():
+    register(_tf, dtypes=ALL, half_in_f32=True)(
+        lambda ctx, _op=_op: ctx.m.elementwise(_op, *broadcast_all(ctx.m, *ctx.inputs)))
+
+register("LogicalAnd", dtypes=ALL)(lambda ctx: ctx.m.elementwise(Op.AND, *broadcast_all(ctx.m, *ctx.inputs)))
+register("LogicalOr", dtypes=ALL)(lambda ctx: ctx.m.elementwise(Op.OR, *broadcast_all(ctx.m, *ctx.inputs)))
+register("LogicalNot", dtypes=ALL)(lambda ctx: ctx.m.elementwise(Op.NOT, ctx.inputs[0]))
+
+
+@register("Select", dtypes=ALL)
+def _select(ctx):
+    m = ctx.m
+    cond, x, y = ctx.inputs
+    if x.shape != y.shape:
+        raise Unsupported(f"Select operands differ in shape: {list(x.shape)} vs {list(y.shape)}")
+    if cond.rank == 1 and x.rank > 1:
+        if cond.shape[0] != x.shape[0]:
+            raise Unsupported("Select: a vector condition must match the first dimension")
+        cond = m.broadcast(cond, x.shape, (0,))
+    elif cond.shape != x.shape:
+        cond = m.broadcast(cond, x.shape, range(x.rank)) if cond.rank == 0 else None
+        if cond is None:
+            raise Unsupported("Select: condition shape must equal the operands' shape or be a vector")
+    return m.elementwise(Op.SELECT, cond, x, y)
+
+
+@register("SelectV2", dtypes=ALL)
+def _select_v2(ctx):
+    return ctx.m.elementwise(Op.SELECT, *broadcast_all(ctx.m, *ctx.inputs))
+
+
+@register("Cast", dtypes=ALL)
+def _cast(ctx):
+    target = ctx.attr("DstT").ir
+    return ctx.m.convert(ctx.inputs[0], target)
+
+
+@register("ClipByValue", half_in_f32=True)
+def _clip(ctx):
+    m = ctx.m
+    x, lo, hi = ctx.inputs
+    lo = lo if lo.shape == x.shape else broadcast_all(m, lo, x)[0]
+    hi = hi if hi.shape == x.shape else broadcast_all(m, hi, x)[0]
+    if lo.shape != x.shape or hi.shape != x.shape:
+        raise Unsupported("ClipByValue bounds must be scalars or match the input shape")
+    return m.elementwise(Op.MIN, m.elementwise(Op.MAX, x, lo), hi)
+
+
+@register("AddN", half_in_f32=True)
+def _add_n(ctx):
+    acc = ctx.inputs[0]
+    for x in ctx.inputs[1:]:
+        acc = ctx.m.elementwise(Op.ADD, acc, x)
+    return acc
+
+
+@register("BiasAdd", "BiasAddV1", half_in_f32=True)
+def _bias_add(ctx):
+    m = ctx.m
+    x, b = ctx.inputs
+    fmt = ctx.attr("data_format", b"NHWC")
+    channel = 1 if fmt in (b"NCHW", b"NCDHW") and x.rank > 2 else x.rank - 1
+    if b.rank != 1 or x.shape[channel] != b.shape[0]:
+        raise Unsupported(f"BiasAdd: bias {list(b.shape)} does not match dim {channel} of {list(x.shape)}")
+    return m.elementwise(Op.ADD, x, m.broadcast(b, x.shape, (channel,)))

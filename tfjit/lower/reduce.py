@@ -1,0 +1,104 @@
+"""Lowerings of reductions (Sum, Mean, Max, ..., ArgMax) and Softmax/LogSoftmax.
+
+The IR reduces trailing dimensions only, so a reduction over other axes first
+transposes the reduced axes to the end (fusion turns that transpose into index
+arithmetic; no copy is made).  Softmax is written in its numerically stable
+form, exactly as TF's kernel computes it, so fusion can see the row structure.
+"""
+from __future__ import annotations
+
+import math
+
+from tfjit import dtypes as dt
+from tfjit.ir.ops import Op
+from tfjit.lower.registry import ALL, FLOATS, NUMERIC, Unsupported, register, scalar_like
+
+
+def _axes(ctx, rank: int) -> list:
+    axes = ctx.const_ints(1, "reduction axes")
+    out = []
+    for a in axes:
+        if not -max(rank, 1) <= a < max(rank, 1):
+            raise Unsupported(f"reduction axis {a} out of range for rank {rank}")
+        out.append(a % rank if rank else 0)
+    return sorted(set(out)) if rank else []
+
+
+def reduce_axes(m, x, kind: str, axes: list, keep_dims: bool):
+    """Reduces ``x`` over ``axes`` (sorted, unique) with TF's result shape."""
+    kept = [d for d in range(x.rank) if d not in axes]
+    moved = m.transpose(x, kept + list(axes))
+    r = m.reduce(moved, kind, len(axes))
+    if keep_dims:
+        r = m.reshape(r, [1 if d in axes else x.shape[d] for d in range(x.rank)])
+    return r
+
+
+def _rule(kind: str, dtypes):
+    def rule(ctx):
+        x = ctx.inputs[0]
+        axes = _axes(ctx, x.rank)
+        return reduce_axes(ctx.m, x, kind, axes, bool(ctx.attr("keep_dims", False)))
+    return rule
+
+
+register("Sum", half_in_f32=True)(_rule("sum", NUMERIC))
+register("Prod", half_in_f32=True)(_rule("prod", NUMERIC))
+register("Max", half_in_f32=True)(_rule("max", NUMERIC))
+register("Min", half_in_f32=True)(_rule("min", NUMERIC))
+register("All", dtypes=(dt.PRED,))(_rule("and", ALL))
+register("Any", dtypes=(dt.PRED,))(_rule("or", ALL))
+
+
+@register("Mean", half_in_f32=True)
+def _mean(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    axes = _axes(ctx, x.rank)
+    total = reduce_axes(m, x, "sum", axes, bool(ctx.attr("keep_dims", False)))
+    count = math.prod(x.shape[a] for a in axes)
+    if count == 1:
+        return total
+    if count == 0 and not x.dtype.is_float:
+        return scalar_like(m, 0, total)     # TF: an empty integer mean is 0
+    return m.elementwise(Op.DIV, total, scalar_like(m, count, total))
+
+
+def _argreduce(kind: str):
+    def rule(ctx):
+        m, x = ctx.m, ctx.inputs[0]
+        axis = ctx.const_ints(1, "ArgMax/ArgMin axis")
+        if len(axis) != 1 or not -x.rank <= axis[0] < x.rank:
+            raise Unsupported(f"axis {axis} is out of range for rank {x.rank}")
+        a = axis[0] % x.rank
+        if x.shape[a] == 0:
+            raise Unsupported(f"Reduction axis {a} is empty in shape {list(x.shape)}")
+        moved = m.transpose(x, [d for d in range(x.rank) if d != a] + [a])
+        return m.argreduce(moved, kind, ctx.attr("output_type").ir)
+    return rule
+
+
+register("ArgMax", half_in_f32=True)(_argreduce("max"))
+register("ArgMin", half_in_f32=True)(_argreduce("min"))
+
+
+def _shifted_logits(m, x):
+    if x.rank < 1:
+        raise Unsupported("Softmax needs at least rank 1")
+    row = m.reduce(x, "max", 1)
+    return m.elementwise(Op.SUB, x, m.broadcast(row, x.shape, range(x.rank - 1)))
+
+
+@register("Softmax", dtypes=FLOATS, half_in_f32=True)
+def _softmax(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    e = m.elementwise(Op.EXP, _shifted_logits(m, x))
+    total = m.broadcast(m.reduce(e, "sum", 1), x.shape, range(x.rank - 1))
+    return m.elementwise(Op.DIV, e, total)
+
+
+@register("LogSoftmax", dtypes=FLOATS, half_in_f32=True)
+def _log_softmax(ctx):
+    m, x = ctx.m, ctx.inputs[0]
+    shifted = _shifted_logits(m, x)
+    total = m.reduce(m.elementwise(Op.EXP, shifted), "sum", 1)
+    return m.elementwise(Op.SUB, shifted, m.broadcast(m.elementwise(Op.LOG, total), x.shape, range(x.rank - 1)))

@@ -1,0 +1,150 @@
+"""The lowering registry: one small function per TF op, registered by name.
+
+A rule receives a ``LowerCtx`` (the module being built, the typed node, its
+input instructions) and returns the IR instruction(s) for the node's outputs.
+Cross-cutting work lives in the decorator, not in rule bodies:
+
+* dtype checks (``dtypes=``): a node whose ``T`` is not listed is refused with
+  a reason before lowering, so marking and lowering agree;
+* half precision (``half_in_f32=True``): f16/bf16 inputs are converted to f32,
+  the rule computes in f32, and float results are converted back.
+
+A rule that cannot lower a particular instance (e.g. a shape operand that is
+not a compile-time constant) raises ``Unsupported`` with the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from tfjit import dtypes as dt
+from tfjit.graph.graphdef import Node, TFType
+from tfjit.ir.module import Instr, Module
+from tfjit.ir.ops import Op
+
+FLOATS = (dt.F16, dt.BF16, dt.F32, dt.F64)
+INTS = (dt.I8, dt.I16, dt.I32, dt.I64, dt.U8, dt.U16, dt.U32, dt.U64)
+NUMERIC = FLOATS + INTS
+ALL = NUMERIC + (dt.PRED,)
+
+
+class Unsupported(Exception):
+    """This node cannot be compiled; ``reason`` says why (shown to users)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclasses.dataclass
+class LowerCtx:
+    m: Module
+    node: Node
+    inputs: list
+
+    def attr(self, name: str, default=None):
+        return self.node.attrs.get(name, default)
+
+    @property
+    def dtype(self) -> dt.DType:
+        """The node's ``T`` as an IR dtype (the value type of most ops)."""
+        t = self.node.attrs.get("T")
+        return t.ir if isinstance(t, TFType) else self.inputs[0].dtype
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        """The value of input ``i``, which must be known at compile time."""
+        x = self.inputs[i]
+        if x.op is not Op.CONSTANT:
+            raise Unsupported(f"{what} (input {i}) must be a compile-time constant")
+        return x.value
+
+    def const_ints(self, i: int, what: str) -> list:
+        return [int(v) for v in np.asarray(self.const(i, what)).reshape(-1)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    fn: object
+    dtypes: tuple
+    half_in_f32: bool
+
+
+RULES: dict[str, Rule] = {}
+
+
+def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False):
+    def deco(fn):
+        for op in ops:
+            if op in RULES:
+                raise ValueError(f"duplicate lowering for {op}")
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32)
+        return fn
+    return deco
+
+
+def refusal(node: Node) -> str | None:
+    """Why ``node`` has no lowering (None when it has one for its dtypes)."""
+    rule = RULES.get(node.op)
+    if rule is None:
+        return f"no tfjit lowering for '{node.op}'"
+    for key, value in node.attrs.items():
+        values = value if isinstance(value, tuple) else (value,)
+        for v in values:
+            if isinstance(v, TFType) and v.ir is None:
+                return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
+    t = node.attrs.get("T")
+    if isinstance(t, TFType) and t.ir not in rule.dtypes:
+        return f"{node.op} has no tfjit lowering for dtype {t.name}"
+    return None
+
+
+def lower_node(m: Module, node: Node, inputs: list) -> list:
+    rule = RULES.get(node.op)
+    reason = refusal(node)
+    if reason:
+        raise Unsupported(reason)
+    m.source = node.name
+    half = None
+    if rule.half_in_f32:
+        half = next((x.dtype for x in inputs if x.dtype in (dt.F16, dt.BF16)), None)
+        inputs = [m.convert(x, dt.F32) if x.dtype in (dt.F16, dt.BF16) else x for x in inputs]
+    out = rule.fn(LowerCtx(m, node, list(inputs)))
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if half is not None:
+        outs = [m.convert(o, half) if o.dtype is dt.F32 else o for o in outs]
+    return outs
+
+
+# -- helpers shared by rule families ---------------------------------------
+
+def broadcast_shapes(a: tuple, b: tuple) -> tuple:
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise Unsupported(f"incompatible shapes for broadcasting: {list(a)} vs {list(b)}")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def broadcast_to(m: Module, x: Instr, shape: tuple) -> Instr:
+    """numpy-style broadcast of ``x`` to ``shape`` (trailing alignment)."""
+    if x.shape == tuple(shape):
+        return x
+    offset = len(shape) - x.rank
+    if offset < 0:
+        raise Unsupported(f"cannot broadcast {list(x.shape)} to {list(shape)}")
+    return m.broadcast(x, shape, range(offset, len(shape)))
+
+
+def broadcast_all(m: Module, *xs: Instr) -> list:
+    shape = ()
+    for x in xs:
+        shape = broadcast_shapes(shape, x.shape)
+    return [broadcast_to(m, x, shape) for x in xs]
+
+
+def scalar_like(m: Module, value, like: Instr) -> Instr:
+    return broadcast_to(m, m.scalar(value, like.dtype), like.shape)

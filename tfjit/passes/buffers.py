@@ -1,0 +1,58 @@
+"""Buffer assignment: where every value that lives in memory is stored.
+
+The launch op hands each kernel one pointer array, laid out as
+``[inputs..., outputs..., temps..., status]`` (see runtime/launch_op.cc).  This
+pass decides the slot of every parameter and kernel root, the scratch space of
+split reductions, and which outputs are plain copies of inputs (returned by the
+launch op without running any code).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tfjit.ir.module import Module
+from tfjit.ir.ops import Op
+
+
+@dataclasses.dataclass
+class BufferPlan:
+    num_inputs: int
+    num_outputs: int
+    slots: dict                    # instr -> slots it is written to / read from (first is the read slot)
+    temp_bytes: list               # per temp slot, in order after the outputs
+    scratch: dict                  # fusion -> slot of its partial results
+    output_source: list            # per output: input index it aliases, or -1
+
+    @property
+    def status_slot(self) -> int:
+        return self.num_inputs + self.num_outputs + len(self.temp_bytes)
+
+
+def assign(m: Module, fusions: list) -> BufferPlan:
+    n_in, n_out = len(m.params), len(m.outputs)
+    slots = {p: [p.index] for p in m.params}
+    output_source = [-1] * n_out
+    for k, o in enumerate(m.outputs):
+        if o.op is Op.PARAMETER:
+            output_source[k] = o.index
+        else:
+            slots.setdefault(o, []).append(n_in + k)
+    temp_bytes, scratch = [], {}
+
+    def new_temp(nbytes: int) -> int:
+        temp_bytes.append(max(int(nbytes), 1))
+        return n_in + n_out + len(temp_bytes) - 1
+
+    for f in fusions:
+        for r in f.roots:
+            if r not in slots:
+                slots[r] = [new_temp(r.size * r.dtype.itemsize)]
+        if f.split > 1:
+            r = f.roots[0]
+            scratch[f] = new_temp(r.size * f.split * max(r.dtype.itemsize, 1) * len(f.roots))
+    return BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
+
+
+def nbytes(shape, dtype) -> int:
+    return math.prod(shape) * dtype.itemsize

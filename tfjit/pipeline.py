@@ -1,0 +1,80 @@
+"""The compiler driver: cluster definition → machine code, top to bottom.
+
+    lower  (graph → IR)            lower/graph_to_ir.py
+    passes (simplify, fusion,      passes/
+            buffer assignment)
+    codegen (IR → LLVM → code)     codegen/llvm_cpu.py
+    runtime (executable for the    runtime/launch.py
+             TfjitLaunch op)
+
+Each stage consumes only what the previous one produced.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from tfjit import dtypes as dt
+from tfjit.codegen import llvm_cpu
+from tfjit.codegen.elemental import MESSAGES
+from tfjit.graph.graphdef import Graph
+from tfjit.ir import text
+from tfjit.lower.graph_to_ir import lower_cluster
+from tfjit.passes import buffers, fusion
+from tfjit.passes.simplify import CSE, DCE
+from tfjit.runtime import launch
+
+PASSES = [CSE(), DCE()]   # run in this order on the lowered module
+
+
+@dataclasses.dataclass
+class Compiled:
+    """Everything one compilation produced, for execution and introspection."""
+    name: str
+    signature: list
+    module_before: str          # IR text as lowered
+    module_after: str           # IR text after the passes
+    fusions: list
+    plan: buffers.BufferPlan
+    code: llvm_cpu.MachineCode
+    executable: object          # runtime.launch.Executable
+    seconds: float
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self.fusions)
+
+
+def compile_cluster(cluster_def: bytes, signature: list, name: str) -> Compiled:
+    """Compiles one cluster for one input signature [(DType, shape)]."""
+    start = time.perf_counter()
+    m = lower_cluster(Graph.from_bytes(cluster_def), signature, name)
+    before = text.module_str(m)
+    for p in PASSES:
+        p.run(m)
+    fusions = fusion.fuse(m)
+    plan = buffers.assign(m, fusions)
+    llmod, steps = llvm_cpu.emit_module(name, fusions, plan)
+    code = llvm_cpu.compile_module(llmod, [s for s, _, _ in steps])
+    executable = launch.make_executable(
+        input_dtypes=[d.tf_enum for d, _ in signature],
+        output_dtypes=[o.dtype.tf_enum for o in m.outputs],
+        output_shapes=[o.shape for o in m.outputs],
+        output_source=plan.output_source,
+        output_forward=[-1] * len(m.outputs),
+        temp_bytes=plan.temp_bytes,
+        steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
+        messages=list(MESSAGES),
+        keepalive=code)
+    return Compiled(name, signature, before, text.module_str(m), fusions, plan, code, executable,
+                    time.perf_counter() - start)
+
+
+def signature_of(dtypes_enums: list, shapes: list) -> list:
+    out = []
+    for e, s in zip(dtypes_enums, shapes):
+        d = dt.from_tf_enum(e)
+        if d is None:
+            raise TypeError(f"tfjit cannot compile inputs of TF dtype enum {e}")
+        out.append((d, tuple(int(x) for x in s)))
+    return out
