@@ -5,8 +5,21 @@
     @tfjit.function(jit_compile=True)
     def f(x, y, z):
         return tf.reduce_sum(x + y * z)
-"""
-from tfjit.api.function import Function, function
 
-__all__ = ["Function", "function"]
+Public names load lazily, so ``import tfjit.runtime`` (all a deployed artefact
+needs) does not pull in the compiler.
+"""
+import importlib
+
 __version__ = "0.1.0"
+__all__ = ["Function", "function", "config"]
+
+_LAZY = {"Function": "tfjit.api.function", "function": "tfjit.api.function"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "config":
+        return importlib.import_module("tfjit.config")
+    raise AttributeError(f"module 'tfjit' has no attribute {name!r}")

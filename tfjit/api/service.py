@@ -10,6 +10,7 @@ module hands ``on_miss`` to it.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 
 from tfjit import config
@@ -27,7 +28,7 @@ class CompileService:
     def install(self) -> None:
         with self._lock:
             if not self.installed:
-                launch.load(config.cache_root())
+                launch.load(os.path.join(config.cache_root(), "ops"))
                 launch.set_compile_callback(self.on_miss)
                 self.installed = True
 
@@ -47,8 +48,9 @@ class CompileService:
             self._compiled[entry] = compiled
             self.compile_counts[key] += 1
             while len(self._compiled) > max(config.flags().tfjit_compile_cache_size, 1):
+                # Only the introspection record goes: the runtime keeps every executable it
+                # has handed to the launch op alive, since kernels may still be running it.
                 self._compiled.popitem(last=False)
-                launch.clear_cache()    # the C++ side may hold evicted executables
             return compiled
 
     def on_miss(self, cluster: str, cluster_def: bytes, signature: list):

@@ -1,0 +1,1 @@
+"""tfjit runtime: the TfjitLaunch op and what it needs at run time (no compiler)."""

@@ -1,0 +1,231 @@
+"""Python side of the TfjitLaunch op: loading, executables, the compile callback.
+
+The op (launch_op.cc) runs compiled kernels without Python. Python is entered
+only on a cache miss, through the callback registered with
+``set_compile_callback``; that callback returns an ``Executable`` built by
+``make_executable``. Python owns every executable: the C++ cache holds raw
+pointers, so an executable stays referenced here until ``clear_cache``.
+
+This module must not import the compiler (codegen/lower/passes/ir): a deployed
+artefact needs only the runtime.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Callable, Sequence
+
+from tfjit.runtime import build
+
+# -- C mirrors of the ABI structs in launch_op.cc ---------------------------
+
+class TfjitStep(ctypes.Structure):
+    _fields_ = [("fn", ctypes.c_void_p), ("rows", ctypes.c_int64),
+                ("cost_per_row", ctypes.c_int64)]
+
+
+class TfjitExecutable(ctypes.Structure):
+    _fields_ = [
+        ("num_inputs", ctypes.c_int32), ("input_dtypes", ctypes.POINTER(ctypes.c_int32)),
+        ("num_outputs", ctypes.c_int32), ("output_dtypes", ctypes.POINTER(ctypes.c_int32)),
+        ("output_ranks", ctypes.POINTER(ctypes.c_int32)),
+        ("output_dims", ctypes.POINTER(ctypes.c_int64)),
+        ("output_source", ctypes.POINTER(ctypes.c_int32)),
+        ("output_forward", ctypes.POINTER(ctypes.c_int32)),
+        ("num_temps", ctypes.c_int32), ("temp_bytes", ctypes.POINTER(ctypes.c_int64)),
+        ("num_steps", ctypes.c_int32), ("steps", ctypes.POINTER(TfjitStep)),
+        ("num_messages", ctypes.c_int32), ("messages", ctypes.POINTER(ctypes.c_char_p)),
+    ]
+
+
+COMPILE_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64,           # cluster, cluster_def, len
+    ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),              # num_inputs, dtypes
+    ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64),  # ranks, dims
+    ctypes.POINTER(ctypes.c_void_p),                             # out
+    ctypes.c_void_p, ctypes.c_int32)                             # error, error_len
+
+Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
+
+
+class Executable:
+    """A C ``TfjitExecutable`` plus every buffer it points into.
+
+    ``address`` is what the compile callback hands to the op. ``keepalive``
+    holds whatever owns the machine code (e.g. the LLVM execution engine).
+    """
+
+    def __init__(self, struct: TfjitExecutable, buffers: tuple, keepalive: object):
+        self._struct = struct
+        self._buffers = buffers
+        self.keepalive = keepalive
+        self.address = ctypes.addressof(struct)
+
+    @property
+    def num_inputs(self) -> int:
+        return self._struct.num_inputs
+
+    @property
+    def num_outputs(self) -> int:
+        return self._struct.num_outputs
+
+
+def _array(ctype, values):
+    values = list(values)
+    return (ctype * max(len(values), 1))(*values)
+
+
+def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int],
+                    output_shapes: Sequence[Sequence[int]], output_source: Sequence[int],
+                    output_forward: Sequence[int], temp_bytes: Sequence[int],
+                    steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
+                    keepalive: object = None) -> Executable:
+    """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``."""
+    n_in, n_out = len(input_dtypes), len(output_dtypes)
+    for name, seq in (("output_shapes", output_shapes), ("output_source", output_source),
+                      ("output_forward", output_forward)):
+        if len(seq) != n_out:
+            raise ValueError(f"{name} has {len(seq)} entries for {n_out} outputs")
+    for o, (src, fwd) in enumerate(zip(output_source, output_forward)):
+        if not (-1 <= src < n_in and -1 <= fwd < n_in):
+            raise ValueError(f"output {o}: source {src} / forward {fwd} is not an input index")
+    if any(b < 0 for b in temp_bytes):
+        raise ValueError(f"negative temp size in {list(temp_bytes)}")
+    for fn, rows, cost in steps:
+        if not fn or rows < 0 or cost < 0:
+            raise ValueError(f"bad step (fn={fn!r}, rows={rows}, cost_per_row={cost})")
+    shapes = [tuple(int(d) for d in s) for s in output_shapes]
+    message_bytes = [m.encode() for m in messages]
+    buffers = (
+        _array(ctypes.c_int32, input_dtypes), _array(ctypes.c_int32, output_dtypes),
+        _array(ctypes.c_int32, [len(s) for s in shapes]),
+        _array(ctypes.c_int64, [d for s in shapes for d in s]),
+        _array(ctypes.c_int32, output_source), _array(ctypes.c_int32, output_forward),
+        _array(ctypes.c_int64, temp_bytes),
+        _array(TfjitStep, [TfjitStep(fn, rows, cost) for fn, rows, cost in steps]),
+        _array(ctypes.c_char_p, message_bytes), message_bytes,
+    )
+    struct = TfjitExecutable(n_in, buffers[0], n_out, buffers[1], buffers[2], buffers[3],
+                             buffers[4], buffers[5], len(temp_bytes), buffers[6],
+                             len(steps), buffers[7], len(messages), buffers[8])
+    return Executable(struct, buffers, keepalive)
+
+
+# -- Loading ----------------------------------------------------------------
+
+class _Library:
+    def __init__(self, path: str):
+        import tensorflow as tf
+        self.path = path
+        self.ops = tf.load_op_library(path)     # registers the op and kernel
+        self.c = ctypes.CDLL(path)              # same dlopen handle: same globals
+        self.c.TfjitSetCompileCallback.argtypes = [COMPILE_CALLBACK]
+        self.c.TfjitSetCompileCallback.restype = None
+        self.c.TfjitClearCache.argtypes = []
+        self.c.TfjitClearCache.restype = None
+        self.c.TfjitGetStats.argtypes = [ctypes.POINTER(ctypes.c_int64)] * 2
+        self.c.TfjitGetStats.restype = None
+
+
+_load_lock = threading.Lock()
+_library: _Library | None = None
+
+
+def load(cache_root: str | None = None) -> None:
+    """Builds (if needed) and loads the op library once; idempotent, thread-safe."""
+    _lib(cache_root)
+
+
+def _lib(cache_root: str | None = None) -> _Library:
+    global _library
+    if _library is None:
+        with _load_lock:
+            if _library is None:
+                _library = _Library(build.op_library_path(cache_root))
+    return _library
+
+
+# -- Compile callback -------------------------------------------------------
+
+_callback_lock = threading.Lock()
+_callbacks: list = []    # every CFUNCTYPE ever registered: a C thread may still hold one
+_executables: dict[tuple, Executable] = {}
+
+
+def _write_error(buffer: int, size: int, text: str) -> None:
+    if not buffer or size <= 0:
+        return
+    data = text.encode("utf-8", "replace")[: size - 1]
+    data = data.decode("utf-8", "ignore").encode()    # never cut a character in half
+    ctypes.memmove(buffer, data + b"\0", len(data) + 1)
+
+
+def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
+    def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, out, error, error_len):
+        try:
+            signature, pos = [], 0
+            for i in range(n):
+                signature.append((dtypes[i], tuple(dims[pos:pos + ranks[i]])))
+                pos += ranks[i]
+            name = cluster.decode()
+            key = (name, tuple(signature))
+            with _callback_lock:
+                exe = _executables.get(key)
+            if exe is None:
+                cluster_def = ctypes.string_at(def_ptr, def_len) if def_len else b""
+                exe = fn(name, cluster_def, signature)
+                if not isinstance(exe, Executable):
+                    raise TypeError(f"compile callback returned {type(exe).__name__}, "
+                                    "not tfjit.runtime.launch.Executable")
+                with _callback_lock:     # concurrent misses: the first executable wins
+                    exe = _executables.setdefault(key, exe)
+            out[0] = exe.address
+            return 0
+        except BaseException as e:  # noqa: BLE001 - must never escape into C
+            try:
+                _write_error(error, error_len, f"{type(e).__name__}: {e}")
+            except BaseException:  # noqa: BLE001
+                pass
+            return 1
+    return COMPILE_CALLBACK(callback)
+
+
+def set_compile_callback(fn: Callable[[str, bytes, Signature], Executable] | None) -> None:
+    """Registers ``fn(cluster, cluster_def, signature) -> Executable`` for cache misses.
+
+    ``signature`` is ``[(tf_dtype_enum, dims), ...]`` per input. An exception
+    raised by ``fn`` becomes the op's InvalidArgumentError text. ``None``
+    unregisters.
+    """
+    lib = _lib()
+    with _callback_lock:
+        cb = _trampoline(fn) if fn is not None else COMPILE_CALLBACK()
+        _callbacks.append(cb)
+    lib.c.TfjitSetCompileCallback(cb)
+
+
+# -- Running ----------------------------------------------------------------
+
+def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
+           output_shapes: list, name: str | None = None) -> list:
+    """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs."""
+    return _lib().ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
+                                   cluster_def=cluster_def, output_shapes=output_shapes,
+                                   name=name)
+
+
+def clear_cache() -> None:
+    """Drops all executables. Must not race with running launches."""
+    if _library is not None:
+        _library.c.TfjitClearCache()
+    with _callback_lock:
+        _executables.clear()
+
+
+def stats() -> dict:
+    if _library is None:
+        return {"hits": 0, "misses": 0}
+    hits, misses = ctypes.c_int64(), ctypes.c_int64()
+    _library.c.TfjitGetStats(ctypes.byref(hits), ctypes.byref(misses))
+    return {"hits": hits.value, "misses": misses.value}

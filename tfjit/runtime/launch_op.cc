@@ -1,0 +1,395 @@
+// TfjitLaunch: a TensorFlow op whose CPU kernel runs machine code produced by
+// tfjit's compiler. Built on first use against the installed TensorFlow by
+// tfjit/runtime/build.py; loaded by tfjit/runtime/launch.py.
+//
+// ABI shared with tfjit's code generator (change both sides together):
+//
+//   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
+//     bufs = [input_0..input_{n_in-1}, output_0..output_{n_out-1},
+//             temp_0..temp_{n_temp-1}, status]
+//     status points to an int32_t, 0 at the start of each launch. On an error a
+//     kernel stores k > 0 (messages[k-1] describes it) and may return early; any
+//     thread may store it. A kernel is called on disjoint [row_begin, row_end)
+//     ranges of [0, rows), possibly concurrently from several threads.
+//
+//   TfjitStep, TfjitExecutable: defined below. Executables are owned by Python
+//     and read-only here. Steps run in order, each completing before the next
+//     starts; cost_per_row (estimated CPU cycles per row) decides whether a
+//     step runs inline or sharded. Temps are allocated per launch, 64-byte aligned.
+//
+//   int32_t TfjitCompileCallback(cluster, cluster_def, cluster_def_len,
+//       num_inputs, dtypes, ranks, dims (concatenated), out, error, error_len);
+//     Called on a cache miss; returns 0 and sets *out, or nonzero and writes a
+//     NUL-terminated message into error. Called WITHOUT any lock held here (the
+//     callback takes the GIL; holding a lock across it could deadlock).
+//   extern "C" void TfjitSetCompileCallback(TfjitCompileCallback cb);
+//   extern "C" void TfjitClearCache();  // must not race with running launches
+//   extern "C" void TfjitGetStats(int64_t* hits, int64_t* misses);
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+extern "C" {
+typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
+
+struct TfjitStep { TfjitKernelFn fn; int64_t rows; int64_t cost_per_row; };  // fn over [0, rows)
+
+struct TfjitExecutable {
+  int32_t num_inputs;  const int32_t* input_dtypes;  // TF DataType enum values
+  int32_t num_outputs; const int32_t* output_dtypes; const int32_t* output_ranks;
+  const int64_t* output_dims;      // all output dims concatenated
+  const int32_t* output_source;    // per output: -1 = computed, k >= 0: output IS input k
+  const int32_t* output_forward;   // per output: -1, or input whose buffer it may reuse
+  int32_t num_temps;   const int64_t* temp_bytes;
+  int32_t num_steps;   const TfjitStep* steps;
+  int32_t num_messages; const char* const* messages;  // status k -> messages[k-1]
+};
+
+typedef int32_t (*TfjitCompileCallback)(
+    const char* cluster, const char* cluster_def, int64_t cluster_def_len,
+    int32_t num_inputs, const int32_t* dtypes, const int32_t* ranks,
+    const int64_t* dims, const TfjitExecutable** out, char* error,
+    int32_t error_len);
+}
+
+namespace tensorflow {
+namespace {
+
+template <typename... Args>
+absl::Status Invalid(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+std::string TypeName(int32_t dtype) { return DataTypeString(static_cast<DataType>(dtype)); }
+void* Data(const Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
+
+// Below this many estimated cycles a step runs on the calling thread.
+constexpr int64_t kInlineCost = 50000;
+// Fresh buffers at least this large get MADV_HUGEPAGE (THP is madvise-only).
+constexpr size_t kHugePageAdviceBytes = size_t{2} << 20;
+constexpr int kErrorLen = 4096;
+
+std::atomic<TfjitCompileCallback> g_callback{nullptr};
+std::atomic<int64_t> g_hits{0};
+std::atomic<int64_t> g_misses{0};
+// Bumped by TfjitClearCache so per-kernel remembered executables expire.
+std::atomic<uint64_t> g_generation{1};
+
+struct GlobalCache {
+  absl::Mutex mu;
+  std::unordered_map<std::string, const TfjitExecutable*> map ABSL_GUARDED_BY(mu);
+};
+GlobalCache& Cache() {
+  static GlobalCache* cache = new GlobalCache;
+  return *cache;
+}
+
+void AdviseHugePages(void* data, size_t bytes) {
+  if (data == nullptr || bytes < kHugePageAdviceBytes) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(page - 1);
+  if (end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
+  }
+}
+
+class TfjitLaunchOp : public OpKernel {
+ public:
+  explicit TfjitLaunchOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("cluster", &cluster_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const TfjitExecutable* exe = nullptr;
+    OP_REQUIRES_OK(ctx, Lookup(ctx, &exe));
+    OP_REQUIRES_OK(ctx, Run(ctx, *exe));
+  }
+
+ private:
+  // Calls emit(v) for each input's dtype, rank and dims: the input signature.
+  template <typename Emit>
+  static void ForSignature(OpKernelContext* ctx, Emit emit) {
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const TensorShape& shape = ctx->input(i).shape();
+      emit(ctx->input_dtype(i));
+      emit(shape.dims());
+      for (int d = 0; d < shape.dims(); ++d) emit(shape.dim_size(d));
+    }
+  }
+
+  // Fast path, no allocation: the executable this kernel used last, if the
+  // signature is unchanged and no TfjitClearCache happened since.
+  bool LookupLast(OpKernelContext* ctx, uint64_t generation, const TfjitExecutable** exe) {
+    absl::MutexLock l(&last_mu_);
+    if (last_exe_ == nullptr || last_generation_ != generation) return false;
+    size_t pos = 0;
+    bool same = true;
+    ForSignature(ctx, [&](int64_t v) {
+      same = same && pos < last_signature_.size() && last_signature_[pos++] == v;
+    });
+    if (!same || pos != last_signature_.size()) return false;
+    *exe = last_exe_;
+    return true;
+  }
+
+  void Remember(OpKernelContext* ctx, uint64_t generation, const TfjitExecutable* exe) {
+    absl::MutexLock l(&last_mu_);
+    last_signature_.clear();
+    ForSignature(ctx, [this](int64_t v) { last_signature_.push_back(v); });
+    last_exe_ = exe;
+    last_generation_ = generation;
+  }
+
+  absl::Status Lookup(OpKernelContext* ctx, const TfjitExecutable** exe) {
+    const uint64_t generation = g_generation.load(std::memory_order_acquire);
+    if (LookupLast(ctx, generation, exe)) {
+      g_hits.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    std::string key = cluster_;  // cluster, NUL, the signature as raw int64s
+    key.push_back('\0');
+    ForSignature(ctx, [&key](int64_t v) {
+      key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    });
+    GlobalCache& cache = Cache();
+    const TfjitExecutable* found = nullptr;
+    {
+      absl::MutexLock l(&cache.mu);
+      auto it = cache.map.find(key);
+      if (it != cache.map.end()) found = it->second;
+    }
+    if (found != nullptr) {
+      g_hits.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      g_misses.fetch_add(1, std::memory_order_relaxed);
+      TF_RETURN_IF_ERROR(Compile(ctx, &found));
+      absl::MutexLock l(&cache.mu);
+      found = cache.map.emplace(key, found).first->second;  // first insert wins
+    }
+    TF_RETURN_IF_ERROR(Validate(ctx, *found));
+    Remember(ctx, generation, found);
+    *exe = found;
+    return absl::OkStatus();
+  }
+
+  absl::Status Compile(OpKernelContext* ctx, const TfjitExecutable** exe) {
+    TfjitCompileCallback callback = g_callback.load(std::memory_order_acquire);
+    if (callback == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tfjit runtime not initialised: import tfjit first (cluster ", cluster_, ")"));
+    }
+    const auto& attrs = def().attr();
+    auto def_it = attrs.find("cluster_def");
+    const std::string empty;
+    const std::string& cluster_def = def_it == attrs.end() ? empty : def_it->second.s();
+    absl::InlinedVector<int32_t, 8> dtypes, ranks;
+    absl::InlinedVector<int64_t, 16> dims;
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      const TensorShape& shape = ctx->input(i).shape();
+      dtypes.push_back(ctx->input_dtype(i));
+      ranks.push_back(shape.dims());
+      for (int d = 0; d < shape.dims(); ++d) dims.push_back(shape.dim_size(d));
+    }
+    char error[kErrorLen] = {0};
+    const TfjitExecutable* result = nullptr;
+    const int32_t rc = callback(cluster_.c_str(), cluster_def.data(),
+                                static_cast<int64_t>(cluster_def.size()),
+                                ctx->num_inputs(), dtypes.data(), ranks.data(),
+                                dims.data(), &result, error, kErrorLen);
+    error[kErrorLen - 1] = '\0';
+    if (rc != 0) {
+      if (error[0] == '\0') return Invalid("tfjit failed to compile cluster ", cluster_);
+      return absl::InvalidArgumentError(error);
+    }
+    if (result == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("tfjit compile callback returned no executable for cluster ", cluster_));
+    }
+    *exe = result;
+    return absl::OkStatus();
+  }
+
+  // The executable must agree with this node's inputs and Tout.
+  absl::Status Validate(OpKernelContext* ctx, const TfjitExecutable& exe) {
+    if (exe.num_inputs != ctx->num_inputs() || exe.num_outputs != ctx->num_outputs()) {
+      return Invalid(
+          "tfjit executable for cluster ", cluster_, " has ", exe.num_inputs, " inputs and ",
+          exe.num_outputs, " outputs; the TfjitLaunch node has ", ctx->num_inputs(), " and ",
+          ctx->num_outputs());
+    }
+    for (int i = 0; i < exe.num_inputs; ++i) {
+      if (exe.input_dtypes[i] != ctx->input_dtype(i)) {
+        return Invalid("tfjit executable for cluster ", cluster_, ": input ", i, " is ",
+                       TypeName(exe.input_dtypes[i]), ", the node's input is ",
+                       TypeName(ctx->input_dtype(i)));
+      }
+    }
+    for (int o = 0; o < exe.num_outputs; ++o) {
+      if (exe.output_dtypes[o] != ctx->expected_output_dtype(o)) {
+        return Invalid("tfjit executable for cluster ", cluster_, ": output ", o, " is ",
+                       TypeName(exe.output_dtypes[o]), ", Tout has ",
+                       TypeName(ctx->expected_output_dtype(o)));
+      }
+      const int32_t src = exe.output_source[o], fwd = exe.output_forward[o];
+      if (src >= exe.num_inputs || fwd >= exe.num_inputs || exe.output_ranks[o] < 0) {
+        return Invalid("tfjit executable for cluster ", cluster_, ": output ", o,
+                       " has a bad rank or input index");
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Outputs that ARE inputs are set first: they then hold a reference to the
+  // input's buffer, so forward_input_or_allocate_output cannot hand it out.
+  absl::Status SetOutputs(OpKernelContext* ctx, const TfjitExecutable& exe, void** bufs) {
+    absl::InlinedVector<TensorShape, 4> shapes(exe.num_outputs);
+    const int64_t* dims = exe.output_dims;
+    for (int o = 0; o < exe.num_outputs; ++o) {
+      const int rank = exe.output_ranks[o];
+      absl::Status s = TensorShape::BuildTensorShape(absl::Span<const int64_t>(dims, rank),
+                                                     &shapes[o]);
+      dims += rank;
+      if (!s.ok()) {
+        return Invalid("tfjit cluster ", cluster_, ": invalid shape for output ", o, ": ",
+                       s.message());
+      }
+      const int32_t src = exe.output_source[o];
+      if (src < 0) continue;
+      const Tensor& input = ctx->input(src);
+      if (input.shape() != shapes[o]) {
+        return Invalid("tfjit cluster ", cluster_, ": output ", o, " is input ", src,
+                       " of shape ", input.shape().DebugString(), ", expected ",
+                       shapes[o].DebugString());
+      }
+      ctx->set_output(o, input);
+      bufs[o] = Data(input);
+    }
+    for (int o = 0; o < exe.num_outputs; ++o) {
+      if (exe.output_source[o] >= 0) continue;
+      Tensor* out = nullptr;
+      int forwarded = -1;
+      if (exe.output_forward[o] >= 0) {
+        TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output(
+            {exe.output_forward[o]}, o, shapes[o], &out, &forwarded));
+      } else {
+        TF_RETURN_IF_ERROR(ctx->allocate_output(o, shapes[o], &out));
+      }
+      bufs[o] = Data(*out);
+      if (forwarded < 0) AdviseHugePages(bufs[o], out->TotalBytes());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(OpKernelContext* ctx, const TfjitExecutable& exe) {
+    const int n_in = exe.num_inputs, n_out = exe.num_outputs, n_tmp = exe.num_temps;
+    absl::InlinedVector<void*, 16> bufs(n_in + n_out + n_tmp + 1, nullptr);
+    for (int i = 0; i < n_in; ++i) bufs[i] = Data(ctx->input(i));
+    TF_RETURN_IF_ERROR(SetOutputs(ctx, exe, bufs.data() + n_in));
+    absl::InlinedVector<Tensor, 4> temps(n_tmp);
+    for (int t = 0; t < n_tmp; ++t) {
+      TensorShape shape;
+      TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape({exe.temp_bytes[t]}, &shape));
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, shape, &temps[t]));
+      void* data = Data(temps[t]);
+      if (reinterpret_cast<uintptr_t>(data) % 64 != 0) {
+        return absl::InternalError("tfjit: temp buffer is not 64-byte aligned");
+      }
+      bufs[n_in + n_out + t] = data;
+      AdviseHugePages(data, exe.temp_bytes[t]);
+    }
+    alignas(64) int32_t status = 0;
+    bufs.back() = &status;
+    for (int s = 0; s < exe.num_steps && status == 0; ++s) {
+      RunStep(ctx, exe.steps[s], bufs.data());
+    }
+    if (status == 0) return absl::OkStatus();
+    if (status < 0 || status > exe.num_messages) {
+      return Invalid("tfjit kernel reported unknown error code ", status,
+                     " (in tfjit cluster ", cluster_, ")");
+    }
+    return Invalid(exe.messages[status - 1], " (in tfjit cluster ", cluster_, ")");
+  }
+
+  static void RunStep(OpKernelContext* ctx, const TfjitStep& step, void** bufs) {
+    const int64_t rows = step.rows;
+    if (rows <= 0) return;
+    const int64_t cost = std::max<int64_t>(step.cost_per_row, 1);
+    if (rows == 1 || rows < kInlineCost / cost) {
+      step.fn(bufs, 0, rows);
+      return;
+    }
+    const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
+    const TfjitKernelFn fn = step.fn;
+    Shard(workers->num_threads, workers->workers, rows, cost,
+          [fn, bufs](int64_t begin, int64_t end) { fn(bufs, begin, end); });
+  }
+
+  std::string cluster_;
+  absl::Mutex last_mu_;
+  absl::InlinedVector<int64_t, 16> last_signature_ ABSL_GUARDED_BY(last_mu_);
+  const TfjitExecutable* last_exe_ ABSL_GUARDED_BY(last_mu_) = nullptr;
+  uint64_t last_generation_ ABSL_GUARDED_BY(last_mu_) = 0;
+};
+
+}  // namespace
+
+REGISTER_OP("TfjitLaunch")
+    .Input("args: Tin")
+    .Output("results: Tout")
+    .Attr("Tin: list(type) >= 0")
+    .Attr("Tout: list(type) >= 0")
+    .Attr("cluster: string")
+    .Attr("cluster_def: string = ''")
+    .Attr("output_shapes: list(shape) >= 0")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      std::vector<PartialTensorShape> shapes;
+      TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
+      if (static_cast<int>(shapes.size()) != c->num_outputs()) {
+        return Invalid("TfjitLaunch: output_shapes has ", shapes.size(), " entries for ",
+                       c->num_outputs(), " outputs");
+      }
+      for (int o = 0; o < c->num_outputs(); ++o) {
+        shape_inference::ShapeHandle handle;
+        TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[o], &handle));
+        c->set_output(o, handle);
+      }
+      return absl::OkStatus();
+    })
+    .Doc("Runs a tfjit-compiled cluster, compiling it on the first use of a signature.");
+
+REGISTER_KERNEL_BUILDER(Name("TfjitLaunch").Device(DEVICE_CPU), TfjitLaunchOp);
+
+}  // namespace tensorflow
+
+#define TFJIT_EXPORT extern "C" __attribute__((visibility("default")))
+
+TFJIT_EXPORT void TfjitSetCompileCallback(TfjitCompileCallback cb) {
+  tensorflow::g_callback.store(cb, std::memory_order_release);
+}
+
+TFJIT_EXPORT void TfjitClearCache() {
+  tensorflow::GlobalCache& cache = tensorflow::Cache();
+  absl::MutexLock l(&cache.mu);
+  cache.map.clear();
+  tensorflow::g_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+TFJIT_EXPORT void TfjitGetStats(int64_t* hits, int64_t* misses) {
+  *hits = tensorflow::g_hits.load(std::memory_order_relaxed);
+  *misses = tensorflow::g_misses.load(std::memory_order_relaxed);
+}
