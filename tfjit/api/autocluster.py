@@ -40,7 +40,7 @@ class AutoEntry:
         self.marks = mark(graph)
         info = _tensor_info(cf.graph)
         fn_outputs = [(t.op.name, t.value_index) for t in cf.outputs]
-        self.specs = []
+        self.specs, self.signatures = [], []
         groups = clustering.auto_clusters(graph, self.marks, flags.tfjit_min_cluster_size,
                                           flags.tfjit_max_cluster_size or None)
         SERVICE.install()
@@ -51,8 +51,10 @@ class AutoEntry:
             outs += [o for o in fn_outputs if o[0] in inside]
             outs = list(dict.fromkeys(outs))
             spec = clustering.extract(graph, names, info, outputs=outs, name=f"cluster_{len(self.specs)}")
-            if self._compile_ahead(spec, info):
+            compiled, signature = self._compile_ahead(spec, info)
+            if compiled:
                 self.specs.append(spec)
+                self.signatures.append(signature)
         new_gd, remap = rewrite(gd, self.specs, info)
         self.graph_def = new_gd
         placeholders = [t.op.name for t in cf.inputs]
@@ -68,19 +70,26 @@ class AutoEntry:
         specs = [tf.TensorSpec(t.shape, t.dtype) for t in cf.inputs]
         self.fn = tf.compat.v1.wrap_function(imported, specs)
 
+    def clusters(self) -> list:
+        """[(cluster name, node names, pipeline.Compiled or None if compiled lazily)]."""
+        out = []
+        for spec, signature in zip(self.specs, self.signatures):
+            out.append((spec.name, spec.nodes, SERVICE.get(spec.key, signature) if signature else None))
+        return out
+
     def _compile_ahead(self, spec, info) -> bool:
         """Compiles a cluster whose shapes are static; False if it must stay with TF."""
         SERVICE.register(spec.key, spec.graph_def)
         infos = [info(*src) for src in spec.inputs]
         if any(s is None or None in s for _, s in infos):
-            return True   # compiled lazily by the launch op for each concrete signature
+            return True, None   # compiled lazily by the launch op for each concrete signature
         signature = tuple((dt.from_tf_enum(e), tuple(s)) for e, s in infos)
         try:
             SERVICE.get(spec.key, signature, name=spec.name)
-            return True
+            return True, signature
         except Exception as e:   # auto mode: any compile failure leaves the cluster to TF
             log.warning("tfjit: %s left to TensorFlow: %s", spec.name, e)
-            return False
+            return False, None
 
     def __call__(self, flat_tensors):
         outs = self.fn(*(list(flat_tensors) + self.captures))

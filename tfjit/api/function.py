@@ -140,13 +140,25 @@ class Function:
         return _Entry(key, compiled, captures, cf.structured_outputs, out_dtypes, out_shapes, spec)
 
     # -- introspection -----------------------------------------------------------------------
-    def compiled(self, *args, **kwargs):
-        """The ``pipeline.Compiled`` for these arguments' signature (compiling if needed)."""
-        flat = tf.nest.flatten((args, kwargs))
-        key = tuple(_leaf_key(x) for x in flat)
+    def _entry(self, args, kwargs):
+        key = tuple(_leaf_key(x) for x in tf.nest.flatten((args, kwargs)))
         if key not in self._entries:
             self(*args, **kwargs)
-        return self._entries[key].compiled
+        return self._entries[key]
+
+    def compiled(self, *args, **kwargs):
+        """The ``pipeline.Compiled`` for these arguments' signature (must-compile functions)."""
+        entry = self._entry(args, kwargs)
+        if not isinstance(entry, _Entry):
+            raise ValueError("compiled() is for jit_compile=True functions; use clusters()")
+        return entry.compiled
+
+    def clusters(self, *args, **kwargs) -> list:
+        """[(cluster name, node names, pipeline.Compiled)] for these arguments' signature."""
+        entry = self._entry(args, kwargs)
+        if isinstance(entry, _Entry):
+            return [(entry.spec.name, entry.spec.nodes, entry.compiled)]
+        return entry.clusters()
 
 
 def _tensor_info(graph):

@@ -24,10 +24,25 @@ from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_ra
                                       storage_type, value_type)
 from tfjit.ir.indexing import ZERO, operand_index
 from tfjit.ir.module import Instr
-from tfjit.ir.ops import Kind, Op
+from tfjit.ir.ops import EXPENSIVE, Kind, Op
 from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
 
 _IDENTITY = {"sum": 0, "prod": 1, "and": True, "or": False}
+ROW_CACHE_MAX = 8192     # elements of a per-row stack buffer (32 KiB of f32)
+
+
+def _costly(i: Instr, inside: set) -> bool:
+    """Does computing i inside the kernel involve a transcendental/division?"""
+    stack, seen = [i], set()
+    while stack:
+        x = stack.pop()
+        if x in seen or x not in inside:
+            continue
+        seen.add(x)
+        if x.op in EXPENSIVE:
+            return True
+        stack.extend(x.operands)
+    return False
 
 
 def _index_key(v):
@@ -56,6 +71,8 @@ class KernelEmitter:
         self.name = name
         self.scopes: list = []
         self.ptrs: dict = {}
+        self.row_cache: dict = {}     # instr -> (row buffer, row index key) for this row
+        self.fill: dict = {}          # hoisted reduction -> row buffer it fills
 
     # -- entry points --------------------------------------------------------------
     def emit(self) -> list:
@@ -132,8 +149,34 @@ class KernelEmitter:
                 self._store(slot, r, idx, v)
 
     def _hoist(self, outer):
+        """Computes the hoisted reductions of this row, caching reused operands in a row buffer."""
+        self.fill, self.row_cache = {}, {}
         for h in self.f.hoisted:
+            e = h.operands[0]
+            if self._row_cacheable(h, e):
+                t = value_type(e.dtype)
+                with self.b.goto_block(self.entry_block):
+                    self.b.position_at_start(self.entry_block)
+                    row = self.b.alloca(t, size=i64(self.f.shape[-1]))
+                self.fill[h] = row
             self.value(h, outer[:h.rank])
+            if h in self.fill:     # from now on this row's values of e come from the buffer
+                self.row_cache[e] = (self.fill[h], tuple(_index_key(v) for v in outer))
+        self.fill = {}
+
+    def _row_cacheable(self, h: Instr, e: Instr) -> bool:
+        """Should the values h reduces be kept for the row's output loop (softmax's exp)?
+
+        Only when they are costly to recompute, read again at the same index by
+        the row's other instructions, and a row fits comfortably on the stack.
+        """
+        f = self.f
+        if h.attrs["ndims"] != 1 or h.rank != f.outer or e.shape != f.shape or e not in f.instrs:
+            return False
+        if not 0 < f.shape[-1] <= ROW_CACHE_MAX or e.op.kind is not Kind.ELEMENTWISE:
+            return False
+        reused = any(e in i.operands for i in f.instrs if i is not h)
+        return reused and _costly(e, set(f.instrs))
 
     # -- reduction kernels ------------------------------------------------------------
     def _reduce_row(self, row):
@@ -186,6 +229,9 @@ class KernelEmitter:
             if k == len(ranges):
                 with self._scope():
                     v = self.value(operand, out_idx + idx)
+                    if r in self.fill:
+                        row = self.fill[r]
+                        b.store(v, b.gep(row, [idx[-1]], source_etype=v.type))
                     b.store(self._combine(kind, r.dtype, b.load(acc, typ=t), v), acc)
                 return
             start, stop = ranges[k]
@@ -220,7 +266,11 @@ class KernelEmitter:
         for scope in reversed(self.scopes):
             if key in scope:
                 return scope[key]
-        if i in self.plan.slots and i not in self.f.instrs:
+        cached = self.row_cache.get(i)
+        if cached is not None and key[1][:-1] == cached[1] and idx and not isinstance(idx[-1], ir.Constant):
+            t = value_type(i.dtype)
+            v = self.b.load(self.b.gep(cached[0], [self._idx(idx[-1])], source_etype=t), typ=t)
+        elif i in self.plan.slots and i not in self.f.instrs:
             v = self._load(self.plan.slots[i][0], i, idx)
         else:
             v = self._compute(i, idx)

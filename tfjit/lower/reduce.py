@@ -92,8 +92,10 @@ def _shifted_logits(m, x):
 def _softmax(ctx):
     m, x = ctx.m, ctx.inputs[0]
     e = m.elementwise(Op.EXP, _shifted_logits(m, x))
-    total = m.broadcast(m.reduce(e, "sum", 1), x.shape, range(x.rank - 1))
-    return m.elementwise(Op.DIV, e, total)
+    total = m.reduce(e, "sum", 1)
+    # TF's kernel multiplies by the inverse of the row sum (one division per row).
+    inverse = m.elementwise(Op.DIV, scalar_like(m, 1, total), total)
+    return m.elementwise(Op.MUL, e, m.broadcast(inverse, x.shape, range(x.rank - 1)))
 
 
 @register("LogSoftmax", dtypes=FLOATS, half_in_f32=True)
