@@ -25,7 +25,7 @@ from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_ra
 from tfjit.ir.indexing import ZERO, operand_index
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
-from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
+from tfjit.passes.fusion import COLUMN_BLOCK, FLAT_BLOCK, Fusion, reads
 
 _IDENTITY = {"sum": 0, "prod": 1, "and": True, "or": False}
 ROW_CACHE_MAX = 8192     # elements of a per-row stack buffer (32 KiB of f32)
@@ -82,6 +82,8 @@ class KernelEmitter:
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * max(len(f.instrs), 1)
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
+        if f.column:
+            return [(self._function(self.name, self._column_row), f.rows, reduced * COLUMN_BLOCK)]
         if f.split == 1:
             return [(self._function(self.name, self._reduce_row), f.rows, reduced * max(len(f.instrs), 1))]
         phase1 = self._function(self.name + ".partial", self._partial_row)
@@ -186,6 +188,47 @@ class KernelEmitter:
         v = self.value(root, out_idx)
         for slot in self.plan.slots[root]:
             self._store(slot, root, out_idx, v)
+
+    def _column_row(self, row):
+        """A block of outputs along the last output dim, accumulated in a stack buffer.
+
+        The reduced dims are the outer loops and the outputs the inner one, so
+        inputs stored with the output dim innermost are read contiguously.
+        """
+        f, b = self.f, self.b
+        root = f.roots[0]
+        t = value_type(root.dtype)
+        out_shape = root.shape
+        blocks = _math.ceil(out_shape[-1] / COLUMN_BLOCK)
+        prefix = self._unravel(b.sdiv(row, i64(blocks)), out_shape[:-1])
+        start = b.mul(b.srem(row, i64(blocks)), i64(COLUMN_BLOCK))
+        stop = b.add(start, i64(COLUMN_BLOCK))
+        stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
+        with b.goto_block(self.entry_block):
+            b.position_at_start(self.entry_block)
+            acc = b.alloca(t, size=i64(COLUMN_BLOCK))
+        kind = root.attrs["kind"]
+
+        def slot(o):
+            return b.gep(acc, [b.sub(o, start)], source_etype=t)
+
+        with for_range(b, start, stop, "o") as o:
+            b.store(const(root.dtype, reduce_identity(kind, root.dtype)), slot(o))
+        operand = root.operands[0]
+
+        def nest(k, ridx):
+            if k == operand.rank - f.outer:
+                with for_range(b, start, stop, "o") as o, self._scope():
+                    v = self.value(operand, prefix + (o,) + ridx)
+                    b.store(self._combine(kind, root.dtype, b.load(slot(o), typ=t), v), slot(o))
+                return
+            with for_range(b, 0, operand.shape[f.outer + k], f"r{k}") as r, self._scope():
+                nest(k + 1, ridx + (r,))
+
+        nest(0, ())
+        with for_range(b, start, stop, "o") as o:
+            for s in self.plan.slots[root]:
+                self._store(s, root, prefix + (o,), b.load(slot(o), typ=t))
 
     def _partial_row(self, row):
         f, b = self.f, self.b

@@ -30,6 +30,7 @@ from tfjit.ir.ops import Kind, Op
 SPLIT_MIN_ELEMENTS = 1 << 15    # reductions this large with few outputs split into chunks
 SPLIT_MAX_OUTPUTS = 8
 FLAT_BLOCK = 4096               # elements per row of a flattened elementwise kernel
+COLUMN_BLOCK = 512              # outputs per row of a column-reduction kernel
 
 
 @dataclasses.dataclass(eq=False)
@@ -44,11 +45,16 @@ class Fusion:
     notes: list = dataclasses.field(default_factory=list)
     flat: bool = False              # loop kernel over the flattened shape (pure elementwise)
     split: int = 1                  # reduce kernel: chunks per output element (2 phases when > 1)
+    column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
+
 
     @property
     def rows(self) -> int:
         if self.flat:
             return math.ceil(math.prod(self.shape) / FLAT_BLOCK)
+        if self.column:
+            out = self.shape[:self.outer]
+            return math.prod(out[:-1]) * math.ceil(out[-1] / COLUMN_BLOCK)
         return math.prod(self.shape[:self.outer]) * self.split
 
     def __repr__(self) -> str:
@@ -232,6 +238,41 @@ def _flat_ok(f: Fusion) -> bool:
     return True
 
 
+def symbolic_reads(f: Fusion) -> dict:
+    """{buffer instr: set of symbolic indices} for a single-root kernel.
+
+    Indices are tuples of ``d<k>`` (output dims), ``r<k>`` (reduced dims) and
+    0, or "opaque" where a mapping needs arithmetic.
+    """
+    root = f.roots[0]
+    if root.op.kind is Kind.REDUCE:
+        x = root.operands[0]
+        start = (x, _row_names(f.outer) + tuple(f"r{k}" for k in range(x.rank - f.outer)))
+    else:
+        start = (root, _row_names(root.rank))
+    inside, out, seen, stack = set(f.instrs), {}, set(), [start]
+    while stack:
+        i, idx = stack.pop()
+        if (i, idx) in seen:
+            continue
+        seen.add((i, idx))
+        if i.op is Op.PARAMETER or (i not in inside and not is_cheap(i)):
+            out.setdefault(i, set()).add(idx)
+            continue
+        for k, o in enumerate(i.operands):
+            mapped = operand_index(i, k, idx) if idx != "opaque" and i.op.kind is not Kind.REDUCE else None
+            stack.append((o, mapped if mapped is not None else "opaque"))
+    return out
+
+
+def _contiguous_along_output(f: Fusion) -> bool:
+    """Is every input of this reduction read contiguously along the last output dim?"""
+    last = f"d{f.outer - 1}"
+    reads_ = symbolic_reads(f)
+    return bool(reads_) and all(idx != "opaque" and (len(idx) == 0 or idx[-1] == last)
+                                for idxs in reads_.values() for idx in idxs)
+
+
 def _choose_iteration(f: Fusion) -> None:
     if f.kind == "loop":
         if f.shape and math.prod(f.shape) > 0 and _flat_ok(f):
@@ -239,6 +280,12 @@ def _choose_iteration(f: Fusion) -> None:
             f.notes.append(f"{f.name} is purely elementwise: iterated as one flat array")
         return
     root = f.roots[0]
+    if root.op is Op.REDUCE and not f.hoisted and f.outer and root.shape[-1] >= 16 \
+            and _contiguous_along_output(f):
+        f.column = True
+        f.notes.append(f"{f.name} reduces across rows of contiguous memory: iterated with the "
+                       f"last output dim innermost (vectorised over {COLUMN_BLOCK} outputs at a time)")
+        return
     if root.op is Op.REDUCE and root.size <= SPLIT_MAX_OUTPUTS and not f.hoisted:
         reduced = f.shape[f.outer:]
         total = math.prod(reduced)
