@@ -106,7 +106,9 @@ class _Builder:
         """Records the symbolic indices at which i's operands are read inside f."""
         for idx in self.sym[i]:
             for k, o in enumerate(i.operands):
-                if i.op.kind is Kind.REDUCE:
+                if idx == "opaque":
+                    mapped = None
+                elif i.op.kind is Kind.REDUCE:
                     extra = i.attrs.get("ndims", 1)
                     mapped = idx + tuple(f"r{o.rank - extra + n}" for n in range(extra))
                 else:

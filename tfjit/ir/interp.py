@@ -1,0 +1,310 @@
+"""A numpy reference interpreter of the tfjit IR.
+
+``evaluate`` runs a whole module, ``evaluate_instr`` one instruction (lowering
+uses it to fold constants).  The semantics are those of TensorFlow's CPU
+executor on x86-64, which the compiled code also implements, including the
+corners where plain numpy differs:
+
+* Integer add/sub/mul/neg/abs/pow wrap (two's complement).  Integer division
+  and remainder truncate toward zero, ``INT_MIN / -1 == INT_MIN``,
+  ``x % -1 == 0``, and a zero divisor raises ``IntegerDivisionByZero``.
+* Max/min propagate NaN and keep the left operand on ties (+0 vs -0 too).
+* TF's threads run with denormals flushed (MXCSR DAZ+FTZ): float arithmetic,
+  comparisons and f32<->f64 conversion read denormal operands as signed zero
+  and flush denormal results.  Bit-level ops (neg, abs, select, movement),
+  remainder (libm's fmod) and conversions to f16/bf16 keep denormals, as in TF.
+* CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
+  values TF's own result depends on whether Eigen takes its vector or scalar
+  path; this follows the scalar path (the rules below), as the codegen does.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tfjit import dtypes as dt
+from tfjit.ir.module import Instr, IRError, Module
+from tfjit.ir.ops import Op
+
+
+class IntegerDivisionByZero(ValueError):
+    """An integer DIV or REM met a zero divisor (TF: InvalidArgumentError)."""
+
+
+class NegativeIntegerPower(ValueError):
+    """An integer POW met a negative exponent (TF: InvalidArgumentError)."""
+
+
+def evaluate(m: Module, args: list) -> list:
+    """Runs ``m`` on ``args`` (one array per parameter, exact dtype and shape)."""
+    if len(args) != len(m.params):
+        raise ValueError(f"module {m.name} takes {len(m.params)} arguments, got {len(args)}")
+    env = {}
+    for p, a in zip(m.params, args):
+        a = np.asarray(a)
+        if a.dtype != p.dtype.numpy() or a.shape != p.shape:
+            raise ValueError(f"argument {p.index}: expected {p.dtype.name}{list(p.shape)}, "
+                             f"got {a.dtype}{list(a.shape)}")
+        env[p] = a
+    with np.errstate(all="ignore"):
+        for instr in m.instrs:
+            if instr.op is not Op.PARAMETER:
+                env[instr] = evaluate_instr(instr, [env[o] for o in instr.operands])
+    return [env[o] for o in m.outputs]
+
+
+def evaluate_instr(instr: Instr, operand_values: list) -> np.ndarray:
+    """The value of ``instr`` given its operands' values."""
+    if instr.op is Op.PARAMETER:
+        raise ValueError(f"parameter {instr.name} has no value outside evaluate()")
+    with np.errstate(all="ignore"):
+        out = np.asarray(_EVAL[instr.op](instr, [np.asarray(v) for v in operand_values]), order="C")
+    if out.dtype != instr.dtype.numpy() or out.shape != instr.shape:
+        raise IRError(f"interpreter produced {out.dtype}{list(out.shape)} for {instr.name} = "
+                      f"{instr.dtype.name}{list(instr.shape)} {instr.op.spelling}")
+    return out
+
+
+# -- helpers ----------------------------------------------------------------
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    """Denormals to signed zero, as DAZ/FTZ do (f32/f64 only)."""
+    if x.dtype not in (np.float32, np.float64):
+        return x
+    return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(x.dtype.type(0), x), x)
+
+
+def _lowest(dtype: np.dtype):
+    if dtype == np.bool_:
+        return False
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype):
+    if dtype == np.bool_:
+        return True
+    return np.inf if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+def _fpu(fn):
+    """An op the FPU computes: denormal operands read as zero, results flushed."""
+    return lambda instr, vals: _flush(np.asarray(fn(*[_flush(v) for v in vals])))
+
+
+def _in_f64(fn):
+    """A float function computed in f64 and rounded once to the operand's type."""
+    return lambda x: np.asarray(fn(x.astype(np.float64))).astype(x.dtype)
+
+
+def _sign(x):
+    if x.dtype.kind != "f":
+        return np.sign(x)
+    one = x.dtype.type(1)
+    return np.where(np.isnan(x), x, np.where(x > 0, one, np.where(x < 0, -one, x.dtype.type(0))))
+
+
+def _logistic(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _softplus(x):
+    threshold = x.dtype.type(np.log(np.finfo(x.dtype).eps) + 2)
+    return np.where(x > -threshold, x, np.where(x < threshold, np.exp(x), np.log1p(np.exp(x))))
+
+
+def _erf(x):
+    y = np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)).astype(x.dtype)
+    return np.where(np.isinf(x), np.nan, y) if x.dtype == np.float64 else y   # TF (Eigen): f64 erf(+-inf) is NaN
+
+
+def _rounding(fn):
+    return lambda x: fn(x) if x.dtype.kind == "f" else x
+
+
+def _int_div_operands(a, b):
+    if np.any(b == 0):
+        raise IntegerDivisionByZero("Integer division by zero")
+    minus_one = (b == -1) if b.dtype.kind == "i" else np.zeros(b.shape, bool)
+    return minus_one, np.where(minus_one, b.dtype.type(1), b)
+
+
+def _div(a, b):
+    if a.dtype.kind == "f":
+        return np.divide(a, b)
+    minus_one, safe = _int_div_operands(a, b)
+    exact = a - np.fmod(a, safe)            # a multiple of safe with |exact| <= |a|
+    return np.where(minus_one, np.negative(a), exact // safe)
+
+
+def _rem(a, b):
+    if a.dtype.kind == "f":         # TF: a denormal divisor reads as 0 (NaN), a denormal dividend survives
+        return np.fmod(a, _flush(b))
+    minus_one, safe = _int_div_operands(a, b)
+    return np.where(minus_one, a.dtype.type(0), np.fmod(a, safe))
+
+
+def _pow(a, b):
+    if a.dtype.kind == "f":
+        return np.power(a, b)
+    if np.any(b < 0):
+        raise NegativeIntegerPower("Integers to negative integer powers are not allowed")
+    result, base, e = np.ones_like(a), a, b
+    while np.any(e):
+        result = np.where((e & 1).astype(bool), result * base, result)
+        base, e = base * base, e >> 1
+    return result
+
+
+def _extremum(greater_or_equal):
+    def run(a, b):
+        r = np.where(greater_or_equal(a, b), a, b)
+        if a.dtype.kind == "f":
+            r = np.where(np.isnan(a), a, np.where(np.isnan(b), b, r))
+        return r
+    return run
+
+
+def _logical_or_bitwise(logical, bitwise):
+    return lambda *xs: logical(*xs) if xs[0].dtype == np.bool_ else bitwise(*xs)
+
+
+# -- CONVERT (TF's Cast on x86-64) ------------------------------------------
+
+def _to_signed(x: np.ndarray, bits: int) -> np.ndarray:
+    """cvttsd2si to a ``bits``-wide int: truncation, or INT_MIN for NaN/inf/out of range."""
+    lo = -2.0 ** (bits - 1)
+    ok = (x >= lo) & (x < -lo)
+    return np.where(ok, np.trunc(np.where(ok, x, 0.0)), lo).astype(np.int64)
+
+
+def _float_to_int(x: np.ndarray, target: dt.DType) -> np.ndarray:
+    x = x.astype(np.float64)        # exact for every float type
+    if target in (dt.I32, dt.I64):
+        return _to_signed(x, target.bits).astype(target.numpy())
+    if target is dt.U64:
+        a, b = _to_signed(x, 64), _to_signed(x - 2.0 ** 63, 64)
+        return (((a >> 63) & b) | a).astype(np.uint64)
+    if target is dt.U32:
+        return _to_signed(x, 64).astype(np.uint32)
+    return _to_signed(x, 32).astype(target.numpy())     # 8/16-bit: low bits of the i32
+
+
+def _convert(x: np.ndarray, source: dt.DType, target: dt.DType) -> np.ndarray:
+    if source in (dt.F16, dt.BF16):         # Eigen widens half types to f32 (exactly) first
+        return _convert(x.astype(np.float32), dt.F32, target)
+    if target is dt.PRED:
+        return _flush(x) != 0
+    if source.is_float and target.is_int:
+        return _float_to_int(x, target)
+    if target in (dt.F16, dt.BF16):         # via f32 as Eigen does (double rounding from f64)
+        if source is not dt.F32:
+            x = _convert(x, source, dt.F32)
+        return x.astype(target.numpy())
+    if source.is_float and target.is_float:
+        return _flush(_flush(x).astype(target.numpy()))
+    return x.astype(target.numpy())         # ints wrap, int->float rounds to nearest, bool -> 0/1
+
+
+# -- reductions -------------------------------------------------------------
+
+def _reduce(instr, vals):
+    x, kind = _flush(vals[0]), instr.attrs["kind"]
+    axes = tuple(range(x.ndim - instr.attrs["ndims"], x.ndim))
+    if kind == "sum":
+        return _flush(np.sum(x, axis=axes, dtype=x.dtype))
+    if kind == "prod":
+        return _flush(np.prod(x, axis=axes, dtype=x.dtype))
+    if kind == "max":
+        return np.max(x, axis=axes, initial=_lowest(x.dtype))
+    if kind == "min":
+        return np.min(x, axis=axes, initial=_highest(x.dtype))
+    if kind == "and":
+        return np.all(x, axis=axes) if x.dtype == np.bool_ else np.bitwise_and.reduce(x, axis=axes)
+    return np.any(x, axis=axes) if x.dtype == np.bool_ else np.bitwise_or.reduce(x, axis=axes)
+
+
+def _argreduce(instr, vals):
+    """TF's rule: the best starts at -inf/+inf with index 0 and only a strictly
+    better element replaces it, so NaN never wins and ties keep the first."""
+    x, is_max = _flush(vals[0]), instr.attrs["kind"] == "max"
+    if x.dtype.kind == "f":
+        x = np.where(np.isnan(x), x.dtype.type(-np.inf if is_max else np.inf), x)
+    return (np.argmax if is_max else np.argmin)(x, axis=-1).astype(instr.dtype.numpy())
+
+
+# -- leaves and data movement -----------------------------------------------
+
+def _iota(instr, vals):
+    d = instr.attrs["dim"]
+    line = np.arange(instr.shape[d]).astype(instr.dtype.numpy())
+    shape = [1] * instr.rank
+    shape[d] = instr.shape[d]
+    return np.broadcast_to(line.reshape(shape), instr.shape)
+
+
+def _broadcast(instr, vals):
+    x, shape = vals[0], [1] * instr.rank
+    for operand_dim, result_dim in enumerate(instr.attrs["dims"]):
+        shape[result_dim] = x.shape[operand_dim]
+    return np.broadcast_to(x.reshape(shape), instr.shape)
+
+
+def _slice(instr, vals):
+    x = vals[0]
+    for d, (start, stride, n) in enumerate(zip(instr.attrs["starts"], instr.attrs["strides"], instr.shape)):
+        x = np.take(x, start + np.arange(n, dtype=np.int64) * stride, axis=d)
+    return x
+
+
+def _pad(instr, vals):
+    x, value = vals
+    out = np.full(instr.shape, value, dtype=x.dtype)
+    out[tuple(slice(lo, lo + n) for lo, n in zip(instr.attrs["low"], x.shape))] = x
+    return out
+
+
+def _elementwise(fn):
+    return lambda instr, vals: fn(*vals)
+
+
+_UNARY_FPU = {
+    Op.SIGN: _sign, Op.SQRT: np.sqrt, Op.EXP: np.exp, Op.EXPM1: np.expm1, Op.LOG: np.log,
+    Op.LOG1P: np.log1p, Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
+    Op.RSQRT: lambda x: x.dtype.type(1) / np.sqrt(x),
+    Op.LOGISTIC: _in_f64(_logistic), Op.SOFTPLUS: _softplus,
+    Op.ERF: _erf,
+    Op.FLOOR: _rounding(np.floor), Op.CEIL: _rounding(np.ceil), Op.ROUND_EVEN: _rounding(np.rint),
+}
+_BINARY_FPU = {
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: _div,
+    Op.MAX: _extremum(np.greater_equal), Op.MIN: _extremum(np.less_equal), Op.POW: _pow,
+    Op.ATAN2: np.arctan2, Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less,
+    Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal,
+}
+_EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
+    Op.REM: _rem, Op.NEG: np.negative, Op.ABS: np.abs, Op.IS_NAN: np.isnan, Op.IS_INF: np.isinf,
+    Op.IS_FINITE: np.isfinite, Op.SELECT: np.where,
+    Op.NOT: _logical_or_bitwise(np.logical_not, np.invert),
+    Op.AND: _logical_or_bitwise(np.logical_and, np.bitwise_and),
+    Op.OR: _logical_or_bitwise(np.logical_or, np.bitwise_or),
+}
+
+_EVAL = {
+    Op.CONSTANT: lambda instr, vals: instr.value,
+    Op.IOTA: _iota,
+    Op.CONVERT: lambda instr, vals: _convert(vals[0], instr.operands[0].dtype, instr.dtype),
+    **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU}.items()},
+    **{op: _elementwise(fn) for op, fn in _EXACT.items()},
+    Op.BROADCAST: _broadcast,
+    Op.RESHAPE: lambda instr, vals: vals[0].reshape(instr.shape),
+    Op.TRANSPOSE: lambda instr, vals: np.transpose(vals[0], instr.attrs["perm"]),
+    Op.SLICE: _slice,
+    Op.PAD: _pad,
+    Op.CONCAT: lambda instr, vals: np.concatenate(vals, axis=instr.attrs["dim"]),
+    Op.REDUCE: _reduce,
+    Op.ARGREDUCE: _argreduce,
+}
+_MISSING = set(Op) - set(_EVAL) - {Op.PARAMETER}
+assert not _MISSING, f"interpreter lacks {_MISSING}"
