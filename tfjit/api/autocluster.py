@@ -14,20 +14,13 @@ import tensorflow as tf
 from tfjit import config
 from tfjit import dtypes as dt
 from tfjit.api.service import SERVICE
+from tfjit.api.tracing import tensor_info
 from tfjit.graph import cluster as clustering
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
 from tfjit.graph.rewrite import rewrite
 
 log = logging.getLogger("tfjit")
-
-
-def _tensor_info(graph):
-    def info(node: str, index: int):
-        t = graph.get_operation_by_name(node).outputs[index]
-        shape = None if t.shape.rank is None else tuple(t.shape.as_list())
-        return t.dtype.as_datatype_enum, shape
-    return info
 
 
 class AutoEntry:
@@ -38,7 +31,7 @@ class AutoEntry:
         gd = cf.graph.as_graph_def()
         graph = Graph(gd)
         self.marks = mark(graph)
-        info = _tensor_info(cf.graph)
+        info = tensor_info(cf.graph)
         fn_outputs = [(t.op.name, t.value_index) for t in cf.outputs]
         self.specs, self.signatures = [], []
         groups = clustering.auto_clusters(graph, self.marks, flags.tfjit_min_cluster_size,

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tfjit import dtypes as dt
 from tfjit.api import errors
 from tfjit.api.service import SERVICE
+from tfjit.api.tracing import tensor_info
 from tfjit.graph import cluster as clustering
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
@@ -125,7 +126,7 @@ class Function:
         inputs = [(t.op.name, t.value_index) for t in cf.inputs]
         outputs = [(t.op.name, t.value_index) for t in cf.outputs]
         names = [n for n in graph.nodes if n not in {i[0] for i in inputs}]
-        info = _tensor_info(cf.graph)
+        info = tensor_info(cf.graph)
         spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs, name=graph_name)
         SERVICE.install()
         SERVICE.register(spec.key, spec.graph_def)
@@ -159,14 +160,6 @@ class Function:
         if isinstance(entry, _Entry):
             return [(entry.spec.name, entry.spec.nodes, entry.compiled)]
         return entry.clusters()
-
-
-def _tensor_info(graph):
-    def info(node: str, index: int):
-        t = graph.get_operation_by_name(node).outputs[index]
-        shape = None if t.shape.rank is None else tuple(t.shape.as_list())
-        return t.dtype.as_datatype_enum, shape
-    return info
 
 
 def _safe(name: str) -> str:
