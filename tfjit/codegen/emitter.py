@@ -290,9 +290,9 @@ class KernelEmitter:
     def _combine(self, kind: str, d: dt.DType, acc, v):
         b = self.b
         if kind == "sum":
-            return b.fadd(acc, v, flags=("reassoc", "nsz")) if d.is_float else b.add(acc, v)
+            return b.fadd(acc, v, flags=("reassoc",)) if d.is_float else b.add(acc, v)
         if kind == "prod":
-            return b.fmul(acc, v, flags=("reassoc", "nsz")) if d.is_float else b.mul(acc, v)
+            return b.fmul(acc, v, flags=("reassoc",)) if d.is_float else b.mul(acc, v)
         if kind == "and":
             return b.and_(acc, v)
         if kind == "or":
