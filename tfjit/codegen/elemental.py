@@ -67,9 +67,9 @@ class Elemental:
             r = b.select(keep_lhs, x, y)
             return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), r)
         if op is Op.POW:
-            return self.math(b, "pow", [x, y])
+            return self.math(b, "pow", [self._daz(x), self._daz(y)])
         if op in _MATH:
-            return self.math(b, _MATH[op], list(args))
+            return self.math(b, _MATH[op], [self._daz(a) for a in args])
         if op in _FINTRINSIC:
             return intrinsic(b, _FINTRINSIC[op], t, [x])
         if op is Op.RSQRT:
@@ -88,6 +88,16 @@ class Elemental:
         if op is Op.IS_FINITE:
             return b.fcmp_ordered("<", intrinsic(b, "fabs", t, [x]), ir.Constant(t, float("inf")))
         raise NotImplementedError(f"{op.spelling} on {d}")
+
+    def _daz(self, x):
+        """x with a denormal read as signed zero, as TF's FPU code reads it (MXCSR
+        DAZ).  Math functions get this explicitly: libm and mathlib classify their
+        argument with integer operations, which DAZ does not affect (libm's log
+        of -1e-310 would be NaN where TF's is -inf)."""
+        b, t = self.b, x.type
+        tiny = ir.Constant(t, 2.2250738585072014e-308 if t == ir.DoubleType() else 1.1754943508222875e-38)
+        small = b.fcmp_ordered("<", intrinsic(b, "fabs", t, [x]), tiny)
+        return b.select(small, intrinsic(b, "copysign", t, [ir.Constant(t, 0.0), x]), x)
 
     # -- integers and bools ----------------------------------------------------
     def _integer(self, op, d, args):
@@ -141,16 +151,27 @@ class Elemental:
         return b.select(minus_one, zero, b.srem(x, safe))
 
     def _int_pow(self, d, base, exp):
-        """Exponentiation by squaring, unrolled (branch-free), wrapping like TF."""
+        """Exponentiation by squaring, wrapping like TF: a loop that ends when the
+        exponent's remaining bits are 0 (unrolled over all 64 bits, LLVM took
+        most of a second to compile one int64 power)."""
         b = self.b
         if d.is_signed:
             self.raise_status(NEGATIVE_POWER, b.icmp_signed("<", exp, const(d, 0)))
-        result = const(d, 1)
-        for _ in range(d.bits):
-            bit = b.trunc(exp, I1)
-            result = b.select(bit, b.mul(result, base), result)
-            base = b.mul(base, base)
-            exp = b.lshr(exp, const(d, 1))
+        pre = b.block
+        head, body, done = (b.append_basic_block(f"ipow.{s}") for s in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        result, square, rest = (b.phi(x.type) for x in (base, base, exp))
+        result.add_incoming(const(d, 1), pre)
+        square.add_incoming(base, pre)
+        rest.add_incoming(exp, pre)
+        b.cbranch(b.icmp_unsigned("!=", rest, const(d, 0)), body, done)
+        b.position_at_end(body)
+        result.add_incoming(b.select(b.trunc(rest, I1), b.mul(result, square), result), body)
+        square.add_incoming(b.mul(square, square), body)
+        rest.add_incoming(b.lshr(rest, const(d, 1)), body)
+        b.branch(head)
+        b.position_at_end(done)
         return result
 
     def _compare(self, op, d, x, y):

@@ -56,6 +56,8 @@ def _index_key(v):
 def reduce_identity(kind: str, d: dt.DType):
     if kind in _IDENTITY:
         return _IDENTITY[kind]
+    if d is dt.PRED:
+        return kind == "min"
     if d.is_float:
         return -np.inf if kind == "max" else np.inf
     info = np.iinfo(d.numpy())
@@ -71,6 +73,7 @@ class KernelEmitter:
         self.name = name
         self.scopes: list = []
         self.ptrs: dict = {}
+        self.reads = reads(fusion)    # values loaded from memory; everything else is computed
         self.row_cache: dict = {}     # instr -> (row buffer, row index key) for this row
         self.fill: dict = {}          # hoisted reduction -> row buffer it fills
 
@@ -92,7 +95,7 @@ class KernelEmitter:
 
     def _function(self, symbol: str, row_body) -> str:
         """Outer ABI function that unpacks ``bufs`` into a noalias inner body."""
-        slots = {s for i in self._buffer_instrs() for s in self.plan.slots[i]} | {self.plan.status_slot}
+        slots = {s for i in self.reads | set(self.f.roots) for s in self.plan.slots[i]} | {self.plan.status_slot}
         if self.f in self.plan.scratch:
             slots.add(self.plan.scratch[self.f])
         slots = sorted(slots)
@@ -120,10 +123,6 @@ class KernelEmitter:
             row_body(row)
         b.ret_void()
         return symbol
-
-    def _buffer_instrs(self) -> set:
-        """Instructions this kernel reads from or writes to memory."""
-        return set(reads(self.f)) | set(self.f.roots)
 
     # -- loop kernels --------------------------------------------------------------
     def _loop_row(self, row):
@@ -313,7 +312,7 @@ class KernelEmitter:
         if cached is not None and key[1][:-1] == cached[1] and idx and not isinstance(idx[-1], ir.Constant):
             t = value_type(i.dtype)
             v = self.b.load(self.b.gep(cached[0], [self._idx(idx[-1])], source_etype=t), typ=t)
-        elif i in self.plan.slots and i not in self.f.instrs:
+        elif i in self.reads:
             v = self._load(self.plan.slots[i][0], i, idx)
         else:
             v = self._compute(i, idx)

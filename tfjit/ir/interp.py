@@ -192,6 +192,8 @@ def _float_to_int(x: np.ndarray, target: dt.DType) -> np.ndarray:
 
 
 def _convert(x: np.ndarray, source: dt.DType, target: dt.DType) -> np.ndarray:
+    if source in (dt.F16, dt.BF16) and target is dt.PRED:
+        return x.astype(np.float32) != 0    # Eigen tests the bits: a bf16 denormal is true
     if source in (dt.F16, dt.BF16):         # Eigen widens half types to f32 (exactly) first
         return _convert(x.astype(np.float32), dt.F32, target)
     if target is dt.PRED:
@@ -212,8 +214,8 @@ def _convert(x: np.ndarray, source: dt.DType, target: dt.DType) -> np.ndarray:
 def _reduce(instr, vals):
     x, kind = _flush(vals[0]), instr.attrs["kind"]
     axes = tuple(range(x.ndim - instr.attrs["ndims"], x.ndim))
-    if kind == "sum":
-        return _flush(np.sum(x, axis=axes, dtype=x.dtype))
+    if kind == "sum":       # from +0, like TF's reducer: a sum of -0.0s is +0.0
+        return _flush(np.sum(x, axis=axes, dtype=x.dtype, initial=0))
     if kind == "prod":
         return _flush(np.prod(x, axis=axes, dtype=x.dtype))
     if kind == "max":

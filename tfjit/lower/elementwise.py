@@ -185,9 +185,9 @@ def _select(ctx):
             raise Unsupported("Select: a vector condition must match the first dimension")
         cond = m.broadcast(cond, x.shape, (0,))
     elif cond.shape != x.shape:
-        cond = m.broadcast(cond, x.shape, range(x.rank)) if cond.rank == 0 else None
-        if cond is None:
+        if cond.rank != 0:
             raise Unsupported("Select: condition shape must equal the operands' shape or be a vector")
+        cond = m.broadcast(cond, x.shape, ())
     return m.elementwise(Op.SELECT, cond, x, y)
 
 
@@ -204,13 +204,16 @@ def _cast(ctx):
 
 @register("ClipByValue", half_in_f32=True)
 def _clip(ctx):
+    """TF's kernel: min(x, hi) then max(., lo), each as ``b < a ? b : a`` (std::min
+    and std::max): NaN in x propagates, a NaN bound is ignored, lo > hi gives lo."""
     m = ctx.m
     x, lo, hi = ctx.inputs
     lo = lo if lo.shape == x.shape else broadcast_all(m, lo, x)[0]
     hi = hi if hi.shape == x.shape else broadcast_all(m, hi, x)[0]
     if lo.shape != x.shape or hi.shape != x.shape:
         raise Unsupported("ClipByValue bounds must be scalars or match the input shape")
-    return m.elementwise(Op.MIN, m.elementwise(Op.MAX, x, lo), hi)
+    upper = m.elementwise(Op.SELECT, m.elementwise(Op.LT, hi, x), hi, x)
+    return m.elementwise(Op.SELECT, m.elementwise(Op.LT, upper, lo), lo, upper)
 
 
 @register("AddN", half_in_f32=True)

@@ -25,13 +25,18 @@ def _axes(ctx, rank: int) -> list:
 
 
 def reduce_axes(m, x, kind: str, axes: list, keep_dims: bool):
-    """Reduces ``x`` over ``axes`` (sorted, unique) with TF's result shape."""
+    """Reduces ``x`` over ``axes`` (sorted, unique) with TF's result shape.
+
+    Axes of size 1 are dropped, not reduced, as TF does (so a Sum over them
+    copies -0.0 instead of adding it to +0.0)."""
     kept = [d for d in range(x.rank) if d not in axes]
-    moved = m.transpose(x, kept + list(axes))
-    r = m.reduce(moved, kind, len(axes))
-    if keep_dims:
-        r = m.reshape(r, [1 if d in axes else x.shape[d] for d in range(x.rank)])
-    return r
+    reduced = [d for d in axes if x.shape[d] != 1]
+    out_shape = [1 if d in axes else x.shape[d] for d in range(x.rank)] if keep_dims else [x.shape[d] for d in kept]
+    if not reduced:
+        return m.reshape(x, out_shape)
+    moved = m.transpose(x, kept + reduced + [d for d in axes if x.shape[d] == 1])
+    moved = m.reshape(moved, [x.shape[d] for d in kept + reduced])
+    return m.reshape(m.reduce(moved, kind, len(reduced)), out_shape)
 
 
 def _rule(kind: str, dtypes):
@@ -52,15 +57,20 @@ register("Any", dtypes=(dt.PRED,))(_rule("or", ALL))
 
 @register("Mean", half_in_f32=True)
 def _mean(ctx):
+    """TF sums integers narrower than 64 bits in int64/uint64 (no wrap-around),
+    divides (truncating) and casts back."""
     m, x = ctx.m, ctx.inputs[0]
     axes = _axes(ctx, x.rank)
-    total = reduce_axes(m, x, "sum", axes, bool(ctx.attr("keep_dims", False)))
     count = math.prod(x.shape[a] for a in axes)
-    if count == 1:
-        return total
     if count == 0 and not x.dtype.is_float:
-        return scalar_like(m, 0, total)     # TF: an empty integer mean is 0
-    return m.elementwise(Op.DIV, total, scalar_like(m, count, total))
+        return scalar_like(m, 0, reduce_axes(m, x, "sum", axes, bool(ctx.attr("keep_dims", False))))
+    wide = x.dtype
+    if x.dtype.is_int and x.dtype.bits < 64:
+        wide = dt.I64 if x.dtype.is_signed else dt.U64
+    total = reduce_axes(m, m.convert(x, wide), "sum", axes, bool(ctx.attr("keep_dims", False)))
+    if count != 1:
+        total = m.elementwise(Op.DIV, total, scalar_like(m, count, total))
+    return m.convert(total, x.dtype)
 
 
 def _argreduce(kind: str):
@@ -72,13 +82,15 @@ def _argreduce(kind: str):
         a = axis[0] % x.rank
         if x.shape[a] == 0:
             raise Unsupported(f"Reduction axis {a} is empty in shape {list(x.shape)}")
+        if x.dtype is dt.PRED:      # False < True, as 0 < 1
+            x = m.convert(x, dt.U8)
         moved = m.transpose(x, [d for d in range(x.rank) if d != a] + [a])
         return m.argreduce(moved, kind, ctx.attr("output_type").ir)
     return rule
 
 
-register("ArgMax", half_in_f32=True)(_argreduce("max"))
-register("ArgMin", half_in_f32=True)(_argreduce("min"))
+register("ArgMax", dtypes=ALL, half_in_f32=True)(_argreduce("max"))
+register("ArgMin", dtypes=ALL, half_in_f32=True)(_argreduce("min"))
 
 
 def _shifted_logits(m, x):
