@@ -105,6 +105,7 @@ class KernelEmitter:
         inner.attributes.add("alwaysinline")
         for a in inner.args[:len(slots)]:
             a.add_attribute("noalias")
+            a.attributes.align = 64       # TF's allocator and allocate_temp align to 64 bytes
         outer = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), name=symbol)
         ob = ir.IRBuilder(outer.append_basic_block("entry"))
         bufs, begin, end = outer.args
