@@ -137,10 +137,10 @@ def fuse(m: Module) -> list:
     for i in reversed(m.instrs):
         if i.op is Op.PARAMETER or (is_cheap(i) and i not in outputs):
             continue
-        owners = {b.owner[u] for u in b.users[i]}
-        if i in outputs:
+        if i in outputs:        # checked first: a cheap output's users may be cheap (no kernel)
             b.start(i, "it is a module output")
             continue
+        owners = {b.owner[u] for u in b.users[i]}
         if len(owners) != 1:
             b.start(i, f"its users are in {len(owners)} kernels")
             continue
