@@ -59,7 +59,7 @@ def reduce_identity(kind: str, d: dt.DType):
     if d is dt.PRED:
         return kind == "min"
     if d.is_float:
-        return -np.inf if kind == "max" else np.inf
+        return -np.inf if kind in ("max", "maxnum") else np.inf
     info = np.iinfo(d.numpy())
     return info.min if kind == "max" else info.max
 
@@ -297,6 +297,8 @@ class KernelEmitter:
             return b.and_(acc, v)
         if kind == "or":
             return b.or_(acc, v)
+        if kind == "maxnum":     # one vmaxps; the NaN-propagating llvm.maximum expands to ~6
+            return intrinsic(b, "maxnum", acc.type, [acc, v])
         if d.is_float:
             return intrinsic(b, "maximum" if kind == "max" else "minimum", acc.type, [acc, v])
         pred = ">" if kind == "max" else "<"

@@ -220,6 +220,8 @@ def _reduce(instr, vals):
         return _flush(np.prod(x, axis=axes, dtype=x.dtype))
     if kind == "max":
         return np.max(x, axis=axes, initial=_lowest(x.dtype))
+    if kind == "maxnum":
+        return np.fmax.reduce(x, axis=axes, initial=_lowest(x.dtype))
     if kind == "min":
         return np.min(x, axis=axes, initial=_highest(x.dtype))
     if kind == "and":

@@ -97,7 +97,9 @@ class Op(enum.Enum):
 _BY_SPELLING = {op.spelling: op for op in Op}
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
-REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or")
+REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
+# "maxnum": float max that ignores NaN (-inf when nothing else); only for values whose
+# NaNs propagate anyway, such as Softmax's stabilising row max (x - max is NaN there).
 
 # Ops whose per-element cost is high enough that fusion should not duplicate
 # them into several consumers that read them at different indices.

@@ -96,7 +96,7 @@ register("ArgMin", dtypes=ALL, half_in_f32=True)(_argreduce("min"))
 def _shifted_logits(m, x):
     if x.rank < 1:
         raise Unsupported("Softmax needs at least rank 1")
-    row = m.reduce(x, "max", 1)
+    row = m.reduce(x, "maxnum", 1)     # a NaN in the row makes x - max NaN anyway
     return m.elementwise(Op.SUB, x, m.broadcast(row, x.shape, range(x.rank - 1)))
 
 
