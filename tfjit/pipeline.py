@@ -19,6 +19,7 @@ from tfjit.codegen import llvm_cpu
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.graph.graphdef import Graph
 from tfjit.ir import text
+from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.simplify import CSE, DCE
@@ -49,6 +50,19 @@ def compile_cluster(cluster_def: bytes, signature: list, name: str) -> Compiled:
     """Compiles one cluster for one input signature [(DType, shape)]."""
     start = time.perf_counter()
     m = lower_cluster(Graph.from_bytes(cluster_def), signature, name)
+    compiled = compile_module(m, name)
+    compiled.signature = signature
+    compiled.seconds = time.perf_counter() - start
+    return compiled
+
+
+def compile_module(m: Module, name: str) -> Compiled:
+    """Passes, fusion, buffers, codegen and executable for a lowered (or parsed) module.
+
+    ``m`` is changed in place; its parameters are the executable's inputs.
+    """
+    start = time.perf_counter()
+    signature = [(p.dtype, p.shape) for p in m.params]
     before = text.module_str(m)
     for p in PASSES:
         p.run(m)

@@ -20,14 +20,22 @@ from tfjit.codegen.emitter import KernelEmitter
 _lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
-def target_machine():
+def _new_target_machine():
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
                                         features=_features(),
                                         opt=3, codemodel="jitdefault", jit=True)
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine():
+    """The shared target machine for layout, optimisation and assembly printing.
+
+    Never hand it to MCJIT: an execution engine takes ownership of its target
+    machine and frees it with the engine (see ``compile_module``)."""
+    return _new_target_machine()
 
 
 def _features() -> str:
@@ -81,7 +89,7 @@ def compile_module(module: ir.Module, symbols: list) -> MachineCode:
         mod = llvm.parse_assembly(text)
         mod.verify()
         _optimise(mod)
-        engine = llvm.create_mcjit_compiler(mod, target_machine())
+        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())   # owned by the engine
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
     return MachineCode(engine, addresses, text, str(mod))

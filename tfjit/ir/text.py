@@ -8,7 +8,7 @@
     }
 
 Constants print their values in full (row-major) so a dumped module can be
-re-run exactly.
+re-run exactly.  ``parse_module`` (parse.py) reads this form back.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import numpy as np
 
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
+from tfjit.ir.parse import parse_module  # noqa: F401  (re-exported)
 
 
 def shape_str(i: Instr) -> str:

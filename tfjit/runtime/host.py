@@ -1,0 +1,73 @@
+"""Runs an executable on numpy arrays in this process, without TensorFlow's op.
+
+A host-side twin of the TfjitLaunch kernel (launch_op.cc) for tools and tests:
+same buffer ABI (``[inputs..., outputs..., temps..., status]``), same step
+order, but single-threaded and without input forwarding.  Like launch.py it
+must not import the compiler; it reads only the executable's plain data.
+
+Unlike TF's threads this one does not set MXCSR DAZ/FTZ, so kernels that rely
+on the hardware flushing denormals may differ from TF on denormal values.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from tfjit import dtypes as dt
+from tfjit.runtime.launch import Executable
+
+_KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.c_int64)
+ALIGN = 64
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 buffer of ``nbytes`` (at least 1) whose data is 64-byte aligned."""
+    raw = np.empty(max(int(nbytes), 1) + ALIGN, np.uint8)
+    skip = (-raw.ctypes.data) % ALIGN
+    return raw[skip:skip + max(int(nbytes), 1)]
+
+
+def run_compiled(compiled, inputs: list) -> list:
+    """Runs ``compiled.executable`` (a ``pipeline.Compiled``) on ``inputs``."""
+    return run_executable(compiled.executable, inputs)
+
+
+def run_executable(exe: Executable, inputs: list) -> list:
+    """The executable's outputs for ``inputs``; ValueError carries a kernel's runtime error."""
+    s = exe._struct
+    if len(inputs) != s.num_inputs:
+        raise ValueError(f"executable takes {s.num_inputs} inputs, got {len(inputs)}")
+    args = []
+    for k, x in enumerate(inputs):
+        want = dt.from_tf_enum(s.input_dtypes[k]).numpy()
+        x = np.asarray(x)
+        if x.dtype != want:
+            raise ValueError(f"input {k}: expected {want}, got {x.dtype}")
+        copy = aligned_empty(x.nbytes)[:x.nbytes].view(want).reshape(x.shape)
+        copy[...] = x
+        args.append(copy)
+    outputs, pos = [], 0
+    for o in range(s.num_outputs):
+        shape = tuple(s.output_dims[pos:pos + s.output_ranks[o]])
+        pos += s.output_ranks[o]
+        dtype = dt.from_tf_enum(s.output_dtypes[o]).numpy()
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        outputs.append(aligned_empty(nbytes)[:nbytes].view(dtype).reshape(shape))
+    temps = [aligned_empty(s.temp_bytes[t]) for t in range(s.num_temps)]
+    status = aligned_empty(4).view(np.int32)
+    status[0] = 0
+    buffers = args + outputs + temps + [status]
+    bufs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
+    for i in range(s.num_steps):
+        step = s.steps[i]
+        if step.rows > 0:
+            _KERNEL(step.fn)(bufs, 0, step.rows)
+        if status[0] != 0:
+            code = int(status[0])
+            text = s.messages[code - 1].decode() if 0 < code <= s.num_messages else f"status {code}"
+            raise ValueError(text)
+    for o in range(s.num_outputs):
+        if s.output_source[o] >= 0:
+            outputs[o] = np.array(args[s.output_source[o]])
+    return outputs
