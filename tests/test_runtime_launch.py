@@ -135,17 +135,21 @@ class Compiler:
             return sum(1 for c in self.calls if c[0] == cluster)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def jit():
     return Jit()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def compiler():
+    """This module's own compile callback; tfjit's compile service gets the op back after."""
     launch.load()
     compiler = Compiler()
     launch.set_compile_callback(compiler)
-    return compiler
+    yield compiler
+    from tfjit.api.service import SERVICE
+    if SERVICE.installed:
+        launch.set_compile_callback(SERVICE.on_miss)
 
 
 def elementwise_exe(engine, fn, signature, *, out_dtype=DT_FLOAT, messages=(), cost=1, **kw):
@@ -157,7 +161,7 @@ def elementwise_exe(engine, fn, signature, *, out_dtype=DT_FLOAT, messages=(), c
         steps=[(fn, int(np.prod(dims)), cost)], messages=list(messages), keepalive=engine)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def add_cluster(jit, compiler):
     engine, fns = jit.compile({"add": add_f32})
     compiler.factories["add"] = lambda sig: elementwise_exe(engine, fns["add"], sig)

@@ -28,7 +28,7 @@ class Flags:
     tfjit_enable_lazy_compilation: bool = True
     tfjit_deterministic_cluster_names: bool = False
     tfjit_fallback: bool = True
-    tfjit_dump_to: str = ""
+    tfjit_dump_to: str = ""                  # directory for per-cluster dumps (api/dump.py)
     tfjit_compile_cache_size: int = 256      # compiled signatures kept in memory (LRU)
 
 
@@ -86,6 +86,12 @@ def set_flags(**values) -> None:
         if not hasattr(f, k):
             raise FlagError(f"unknown flag {k}")
         setattr(f, k, v)
+
+
+def set_dump_dir(path: str | None) -> None:
+    """Dumps every cluster compiled from now on into ``path`` (``--tfjit_dump_to``);
+    ``None`` or ``""`` turns dumping off."""
+    set_flags(tfjit_dump_to=os.fspath(path) if path else "")
 
 
 def cache_root() -> str:

@@ -154,12 +154,64 @@ class Function:
             raise ValueError("compiled() is for jit_compile=True functions; use clusters()")
         return entry.compiled
 
+    def experimental_get_compiler_ir(self, *args, **kwargs):
+        """Like TF's: returns ``get(stage="ir") -> str`` for these arguments' signature.
+
+        Stages: ``ir`` (as lowered), ``optimized_ir`` (after the passes),
+        ``optimized_ir_dot`` (graphviz, kernels as clusters), ``llvm`` (optimised LLVM
+        IR), ``asm``.  Arguments are all tensors, or all ``tf.TensorSpec`` (fully
+        defined shapes): then the function is traced and compiled, not run."""
+        if self.jit_compile is not True:
+            raise ValueError("Compiler IR can only be returned for functions marked with "
+                             f"'jit_compile=True' ({self.name} has jit_compile={self.jit_compile})")
+        flat = tf.nest.flatten((args, kwargs))
+        specs = [x for x in flat if isinstance(x, tf.TensorSpec)]
+        if specs and any(_is_tensor(x) for x in flat):
+            raise ValueError("experimental_get_compiler_ir: all arguments must be TensorSpecs "
+                             "or all must be tensors")
+        if specs:
+            compiled = self._compile_for_specs(flat, args, kwargs)
+        else:
+            compiled = self.compiled(*args, **kwargs)
+        return functools.partial(_compiler_ir, compiled)
+
+    def _compile_for_specs(self, flat, args, kwargs):
+        for s in flat:
+            if isinstance(s, tf.TensorSpec) and not s.shape.is_fully_defined():
+                raise ValueError(f"experimental_get_compiler_ir: TensorSpec {s} needs a fully "
+                                 "defined shape (tfjit compiles for static shapes)")
+        key = tuple((x.dtype, tuple(x.shape)) if isinstance(x, tf.TensorSpec) else _leaf_key(x)
+                    for x in flat)   # the key the same tensors would have
+        with self._lock:
+            entry = self._entries.get(key) or self._build(key, args, kwargs)
+            self._entries[key] = entry
+        return entry.compiled
+
     def clusters(self, *args, **kwargs) -> list:
         """[(cluster name, node names, pipeline.Compiled)] for these arguments' signature."""
         entry = self._entry(args, kwargs)
         if isinstance(entry, _Entry):
             return [(entry.spec.name, entry.spec.nodes, entry.compiled)]
         return entry.clusters()
+
+
+COMPILER_IR_STAGES = ("ir", "optimized_ir", "optimized_ir_dot", "llvm", "asm")
+
+
+def _compiler_ir(compiled, stage: str = "ir") -> str:
+    from tfjit.api import dump
+    if stage == "ir":
+        return compiled.module_before
+    if stage == "optimized_ir":
+        return compiled.module_after
+    if stage == "optimized_ir_dot":
+        return dump.ir_dot(compiled)
+    if stage == "llvm":
+        return compiled.code.optimized_ir
+    if stage == "asm":
+        return compiled.code.asm()
+    raise ValueError(f"unknown compiler IR stage {stage!r}; valid stages: "
+                     + ", ".join(COMPILER_IR_STAGES))
 
 
 def _safe(name: str) -> str:

@@ -38,6 +38,7 @@ class CompileService:
     def get(self, key: str, signature: tuple, name: str = "cluster"):
         """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss."""
         from tfjit import pipeline   # the compiler, imported only when compiling
+        from tfjit.api import dump
         entry = (key, signature)
         with self._lock:
             hit = self._compiled.get(entry)
@@ -47,6 +48,7 @@ class CompileService:
             compiled = pipeline.compile_cluster(self._defs[key], list(signature), name)
             self._compiled[entry] = compiled
             self.compile_counts[key] += 1
+            dump.maybe_dump(compiled)
             while len(self._compiled) > max(config.flags().tfjit_compile_cache_size, 1):
                 # Only the introspection record goes: the runtime keeps every executable it
                 # has handed to the launch op alive, since kernels may still be running it.
