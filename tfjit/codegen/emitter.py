@@ -153,6 +153,8 @@ class KernelEmitter:
     def _hoist(self, outer):
         """Computes the hoisted reductions of this row, caching reused operands in a row buffer."""
         self.fill, self.row_cache = {}, {}
+        if self.f.hoisted and self.f.kind == "loop" and self.f.shape:
+            self._prefetch_next_row(outer)
         for h in self.f.hoisted:
             e = h.operands[0]
             if self._row_cacheable(h, e):
@@ -165,6 +167,28 @@ class KernelEmitter:
             if h in self.fill:     # from now on this row's values of e come from the buffer
                 self.row_cache[e] = (self.fill[h], tuple(_index_key(v) for v in outer))
         self.fill = {}
+
+    def _prefetch_next_row(self, outer):
+        """Asks for the next row of every row-shaped input before this row's passes.
+
+        A row kernel reads its row from memory once, then computes (reductions,
+        transcendental math) on cached data; without this, memory sits idle
+        during the compute and the next row's first pass waits for DRAM.
+        """
+        b, f = self.b, self.f
+        width = f.shape[-1]
+        line = 64
+        for x in sorted(self.reads, key=lambda i: i.name):
+            if x.shape != f.shape or width * x.dtype.itemsize < line:
+                continue
+            step = line // x.dtype.itemsize
+            base = b.add(self._linear(outer + (ZERO,), x.shape), i64(width))
+            with for_range(b, 0, width // step, "pf") as k:
+                addr = b.gep(self.ptrs[self.plan.slots[x][0]], [b.add(base, b.mul(k, i64(step)))],
+                             source_etype=storage_type(x.dtype))
+                intrinsic(b, "prefetch", ir.VoidType(),
+                          [addr, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
+                           ir.Constant(ir.IntType(32), 1)], [PTR])
 
     def _row_cacheable(self, h: Instr, e: Instr) -> bool:
         """Should the values h reduces be kept for the row's output loop (softmax's exp)?
