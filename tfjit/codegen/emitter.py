@@ -13,6 +13,7 @@ functions.
 """
 from __future__ import annotations
 
+import contextlib
 import math as _math
 
 import numpy as np
@@ -159,10 +160,7 @@ class KernelEmitter:
             e = h.operands[0]
             if self._row_cacheable(h, e):
                 t = value_type(e.dtype)
-                with self.b.goto_block(self.entry_block):
-                    self.b.position_at_start(self.entry_block)
-                    row = self.b.alloca(t, size=i64(self.f.shape[-1]))
-                self.fill[h] = row
+                self.fill[h] = self._entry_alloca(t, self.f.shape[-1])
             self.value(h, outer[:h.rank])
             if h in self.fill:     # from now on this row's values of e come from the buffer
                 self.row_cache[e] = (self.fill[h], tuple(_index_key(v) for v in outer))
@@ -228,9 +226,7 @@ class KernelEmitter:
         start = b.mul(b.srem(row, i64(blocks)), i64(COLUMN_BLOCK))
         stop = b.add(start, i64(COLUMN_BLOCK))
         stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
-        with b.goto_block(self.entry_block):
-            b.position_at_start(self.entry_block)
-            acc = b.alloca(t, size=i64(COLUMN_BLOCK))
+        acc = self._entry_alloca(t, COLUMN_BLOCK)
         kind = root.attrs["kind"]
 
         def slot(o):
@@ -509,25 +505,26 @@ class KernelEmitter:
         return tuple(reversed(out))
 
     # -- scopes, allocas, errors ------------------------------------------------------------
+    @contextlib.contextmanager
     def _scope(self):
-        emitter = self
+        """A memo scope: values computed inside a loop body do not outlive it."""
+        self.scopes.append({})
+        try:
+            yield
+        finally:
+            self.scopes.pop()
 
-        class _Scope:
-            def __enter__(self):
-                emitter.scopes.append({})
-
-            def __exit__(self, *exc):
-                emitter.scopes.pop()
-
-        return _Scope()
-
-    def _alloca(self, t, init):
-        """A stack slot allocated in the entry block (SROA turns it into SSA)."""
+    def _entry_alloca(self, t, count: int | None = None):
+        """Stack space in the entry block (allocated once per call, not per row)."""
         b = self.b
         with b.goto_block(self.entry_block):
             b.position_at_start(self.entry_block)
-            slot = b.alloca(t)
-        b.store(init, slot)
+            return b.alloca(t, size=None if count is None else i64(count))
+
+    def _alloca(self, t, init):
+        """A stack slot holding ``init`` (SROA turns it into SSA)."""
+        slot = self._entry_alloca(t)
+        self.b.store(init, slot)
         return slot
 
     def _raise_status(self, code: int, cond):

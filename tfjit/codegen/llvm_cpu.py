@@ -45,11 +45,6 @@ def _features() -> str:
     return features + ",-prefer-256-bit" if "+avx512f" in features else features
 
 
-def cpu_fingerprint() -> str:
-    """Identifies the code this target emits (part of every cache key)."""
-    return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{_features()}"
-
-
 @dataclasses.dataclass
 class MachineCode:
     """Loaded code for one cluster; keep it alive while its addresses are used."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 
 from tfjit import dtypes as dt
 
@@ -103,17 +102,6 @@ class Graph:
         gd.ParseFromString(data)
         return cls(gd)
 
-    def consumers(self) -> dict:
-        out = {n: [] for n in self.nodes}
-        for node in self.nodes.values():
-            for src, _ in node.inputs:
-                if src in out:
-                    out[src].append(node.name)
-            for src in node.control_inputs:
-                if src in out:
-                    out[src].append(node.name)
-        return out
-
     def topological(self) -> list:
         """Nodes ordered so that every input comes first; raises on a cycle."""
         order, state = [], {}
@@ -140,20 +128,3 @@ class Graph:
                             raise ValueError(f"graph has a cycle through node {src!r}")
                         stack.append((src, False))
         return order
-
-
-def output_types(node: Node) -> list:
-    """The TF types of a node's outputs, from its attrs (best effort: T / dtype / Tout / out_type)."""
-    for key in ("Tout", "T_out"):
-        if isinstance(node.attrs.get(key), tuple):
-            return list(node.attrs[key])
-    for key in ("dtype", "DstT", "out_type", "output_type", "Tidx" if node.op == "Range" else "", "T"):
-        if key and isinstance(node.attrs.get(key), TFType):
-            if node.op in ("Unpack",):
-                return [node.attrs[key]] * int(node.attrs.get("num", 1))
-            return [node.attrs[key]]
-    return []
-
-
-def as_numpy(value) -> np.ndarray:
-    return value if isinstance(value, np.ndarray) else np.asarray(value)

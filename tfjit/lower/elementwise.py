@@ -7,11 +7,8 @@ TF's, as documented in tfjit/ir/ops.py and implemented by codegen and interp.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import (ALL, FLOATS, INTS, NUMERIC, Unsupported, broadcast_all,
+from tfjit.lower.registry import (ALL, FLOATS, NUMERIC, Unsupported, broadcast_all,
                                   register, scalar_like)
 
 SIGNED = tuple(d for d in NUMERIC if d.is_float or d.is_signed)

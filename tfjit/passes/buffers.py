@@ -9,7 +9,6 @@ launch op without running any code).
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from tfjit.ir.module import Module
 from tfjit.ir.ops import Op
@@ -52,7 +51,3 @@ def assign(m: Module, fusions: list) -> BufferPlan:
             r = f.roots[0]
             scratch[f] = new_temp(r.size * f.split * max(r.dtype.itemsize, 1) * len(f.roots))
     return BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
-
-
-def nbytes(shape, dtype) -> int:
-    return math.prod(shape) * dtype.itemsize

@@ -84,7 +84,6 @@ class _Builder:
         self.owner: dict = {}
         self.sym: dict = {}           # instr -> set of symbolic indices it is read at
         self.fusions: list = []
-        self.notes: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
         kind = "reduce" if root.op.kind is Kind.REDUCE else "loop"
