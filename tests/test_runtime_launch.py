@@ -360,6 +360,6 @@ def test_build_errors(tmp_path, monkeypatch):
     bad.parent.mkdir()
     bad.write_text("int f() { return not_declared; }\n")
     with pytest.raises(build.BuildError, match="not_declared"):
-        build.compile_library(build.find_compiler(), str(bad), str(bad.parent / "bad.so"),
+        build.compile_library(build.find_compiler(), [str(bad)], str(bad.parent / "bad.so"),
                               ["-shared", "-fPIC"], [])
     assert [p.name for p in bad.parent.iterdir()] == ["bad.cc"]   # no temp file left behind

@@ -29,6 +29,10 @@ class Flags:
     tfjit_deterministic_cluster_names: bool = False
     tfjit_fallback: bool = True
     tfjit_dump_to: str = ""                  # directory for per-cluster dumps (api/dump.py)
+    tfjit_dump_ir_as_dot: bool = False       # also dump the optimised IR as graphviz .dot
+    tfjit_dump_pass_re: str = ""             # dump the IR after every pass whose name matches
+    tfjit_bug_report: str = ""               # directory for a self-contained bug report
+    tfjit_persistent_cache_directory: str = ""   # on-disk compile cache (off when empty)
     tfjit_compile_cache_size: int = 256      # compiled signatures kept in memory (LRU)
 
 
@@ -76,6 +80,8 @@ def flags() -> Flags:
     global _flags
     if _flags is None:
         _flags = parse_flags(os.environ.get("TFJIT_FLAGS", ""))
+        if not _flags.tfjit_persistent_cache_directory:
+            _flags.tfjit_persistent_cache_directory = os.environ.get("TFJIT_CACHE_DIR", "")
     return _flags
 
 
@@ -86,6 +92,25 @@ def set_flags(**values) -> None:
         if not hasattr(f, k):
             raise FlagError(f"unknown flag {k}")
         setattr(f, k, v)
+
+
+_JIT_MODES = {"autoclustering": 2, True: 2, False: -1, None: 0}
+
+
+def set_jit(mode) -> None:
+    """``"autoclustering"`` (or True) clusters every graph TensorFlow runs from now on,
+    like ``--tfjit_auto_jit=2 --tfjit_cpu_global_jit``; ``False`` turns auto mode off;
+    ``None`` follows each Session's ConfigProto (the default)."""
+    if mode not in _JIT_MODES:
+        raise ValueError(f"set_jit expects 'autoclustering', True, False or None, got {mode!r}")
+    set_flags(tfjit_auto_jit=_JIT_MODES[mode])
+    if _JIT_MODES[mode] > 0:
+        set_flags(tfjit_cpu_global_jit=True)
+
+
+def get_jit():
+    """``"autoclustering"`` when auto mode is on, else False (as tf.config.optimizer.get_jit)."""
+    return "autoclustering" if flags().tfjit_auto_jit > 0 else False
 
 
 def set_dump_dir(path: str | None) -> None:

@@ -15,7 +15,13 @@ import subprocess
 import tempfile
 import threading
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_op.cc")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sources() -> list[str]:
+    """Every C++ file of the op library (launch op, graph pass, runtime library)."""
+    return sorted(os.path.join(HERE, f) for f in os.listdir(HERE) if f.endswith(".cc"))
+
 LIBRARY_NAME = "tfjit_launch_op.so"
 _BASE_FLAGS = ["-shared", "-fPIC", "-O2"]
 _STDERR_TAIL = 4000
@@ -53,8 +59,11 @@ def _tf_flags() -> tuple[str, list[str], list[str]]:
 def op_library_path(cache_root: str | None = None) -> str:
     """Returns the path of the built op library, building it if needed."""
     cache_root = cache_root or default_cache_root()
-    with open(SOURCE, "rb") as f:
-        source = f.read()
+    files = sources()
+    source = b""
+    for path in files:
+        with open(path, "rb") as f:
+            source += os.path.basename(path).encode() + b"\0" + f.read()
     version, compile_flags, link_flags = _tf_flags()
     flags = _BASE_FLAGS + compile_flags + link_flags
     digest = hashlib.sha256(source + "\0".join(flags).encode()).hexdigest()[:16]
@@ -66,19 +75,19 @@ def op_library_path(cache_root: str | None = None) -> str:
     with _thread_lock, open(os.path.join(directory, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(library):     # another process may have built it meanwhile
-            compile_library(find_compiler(), SOURCE, library, _BASE_FLAGS + compile_flags,
+            compile_library(find_compiler(), files, library, _BASE_FLAGS + compile_flags,
                             link_flags)
     return library
 
 
-def compile_library(cxx: str, source: str, output: str, compile_flags: list[str],
+def compile_library(cxx: str, files: list[str], output: str, compile_flags: list[str],
                     link_flags: list[str]) -> None:
-    """Compiles ``source`` into ``output`` atomically; raises BuildError on failure."""
+    """Compiles ``files`` into ``output`` atomically; raises BuildError on failure."""
     directory = os.path.dirname(output)
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=directory)
     os.close(fd)
     # Link flags must follow the source so the linker resolves against them.
-    cmd = [cxx, *compile_flags, source, "-o", tmp, *link_flags]
+    cmd = [cxx, *compile_flags, *files, "-o", tmp, *link_flags]
     try:
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
