@@ -125,7 +125,7 @@ class Compiler:
         self.calls = []
         self.lock = threading.Lock()
 
-    def __call__(self, cluster, cluster_def, signature):
+    def __call__(self, cluster, cluster_def, signature, executions=0, can_fall_back=False):
         with self.lock:
             self.calls.append((cluster, cluster_def, signature))
         return self.factories[cluster](signature)

@@ -6,15 +6,36 @@ compile-time constant), bounded LRU.  Front doors register cluster definitions
 and may compile ahead (shapes fully known); the launch op compiles lazily
 through ``on_miss`` otherwise.  The runtime never imports the compiler: this
 module hands ``on_miss`` to it.
+
+Nodes that auto mode made carry their original subgraph, so for them
+``on_miss`` applies XLA's compile policy (see ``_policy``): lazy compilation,
+megamorphic clusters and compile failures all run the original subgraph.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
+import logging
 import os
 import threading
 
 from tfjit import config
 from tfjit.runtime import launch
+
+log = logging.getLogger("tfjit")
+
+MEGAMORPHIC_COMPILES = 10       # a cluster compiled more often than this ...
+MEGAMORPHIC_RUNS_PER_COMPILE = 50   # ... and run fewer times per compile stays on the fallback
+
+
+@dataclasses.dataclass
+class _ClusterState:
+    """What auto mode's compile policy remembers about one cluster."""
+    compiles: int = 0
+    requests: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    last_signature: tuple | None = None
+    megamorphic: bool = False
+    failed: bool = False
 
 
 class CompileService:
@@ -22,7 +43,11 @@ class CompileService:
         self._lock = threading.RLock()
         self._compiled = collections.OrderedDict()   # (key, signature) -> pipeline.Compiled
         self._defs: dict = {}                         # key -> cluster_def bytes
+        self.names: dict = {}                         # key -> cluster name (for logs)
+        self.latest: dict = {}                        # key -> its latest pipeline.Compiled
         self.compile_counts = collections.Counter()   # key -> compilations
+        self.fallbacks = collections.Counter()        # key -> times the fallback was chosen
+        self._states: dict = collections.defaultdict(_ClusterState)
         self.installed = False
 
     def install(self) -> None:
@@ -32,8 +57,10 @@ class CompileService:
                 launch.set_compile_callback(self.on_miss)
                 self.installed = True
 
-    def register(self, key: str, cluster_def: bytes) -> None:
+    def register(self, key: str, cluster_def: bytes, name: str | None = None) -> None:
         self._defs[key] = cluster_def
+        if name:
+            self.names.setdefault(key, name)
 
     def get(self, key: str, signature: tuple, name: str = "cluster"):
         """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss."""
@@ -47,6 +74,7 @@ class CompileService:
                 return hit
             compiled = pipeline.compile_cluster(self._defs[key], list(signature), name)
             self._compiled[entry] = compiled
+            self.latest[key] = compiled
             self.compile_counts[key] += 1
             dump.maybe_dump(compiled)
             while len(self._compiled) > max(config.flags().tfjit_compile_cache_size, 1):
@@ -55,15 +83,87 @@ class CompileService:
                 self._compiled.popitem(last=False)
             return compiled
 
-    def on_miss(self, cluster: str, cluster_def: bytes, signature: list):
+    def on_miss(self, cluster: str, cluster_def: bytes, signature: list, *, executions: int = 0,
+                can_fall_back: bool = False):
         """Runtime callback: signature is [(dtype_enum, dims)] from the launch op."""
         from tfjit.pipeline import signature_of
         if cluster not in self._defs:
             if not cluster_def:
                 raise KeyError(f"unknown tfjit cluster {cluster} and no definition in the node")
             self.register(cluster, cluster_def)
-        sig = tuple(signature_of([d for d, _ in signature], [s for _, s in signature]))
-        return self.get(cluster, sig).executable
+        if not can_fall_back:      # must-compile: every failure is the user's error
+            sig = tuple(signature_of([d for d, _ in signature], [s for _, s in signature]))
+            return self.get(cluster, sig).executable
+        with self._lock:
+            return self._policy(cluster, signature, executions)
+
+    def _policy(self, key: str, signature: list, executions: int):
+        """Auto mode: compile, or run the original subgraph (``launch.Fallback``).
+
+        As XLA: the first signature compiles at its first run; later new
+        signatures compile at their second request (lazy compilation, so a shape
+        seen once costs no compile); a cluster compiled more than
+        ``MEGAMORPHIC_COMPILES`` times with fewer than
+        ``MEGAMORPHIC_RUNS_PER_COMPILE`` runs per compile is megamorphic and
+        stays on the fallback. Any compile failure falls back for that
+        signature, warned once per cluster, and is not retried.
+        """
+        from tfjit.pipeline import signature_of
+        flags = config.flags()
+        state = self._states[key]
+        name = self.names.get(key, key[:12])
+        sig = tuple((d, tuple(s)) for d, s in signature)
+        state.requests[sig] += 1
+        if state.megamorphic:
+            return self._fall_back(key, "megamorphic", remember=True)
+        if (state.compiles > MEGAMORPHIC_COMPILES
+                and executions < MEGAMORPHIC_RUNS_PER_COMPILE * state.compiles):
+            state.megamorphic = True
+            log.warning("tfjit: cluster %s is megamorphic (%d compiles, %d runs): it runs in "
+                        "TensorFlow from now on", name, state.compiles, executions)
+            return self._fall_back(key, "megamorphic", remember=True)
+        if flags.tfjit_enable_lazy_compilation and state.compiles and state.requests[sig] < 2:
+            return self._fall_back(key, "lazy compilation: compiled on the next request",
+                                   remember=False)
+        try:
+            compiled = self.get(key, tuple(signature_of([d for d, _ in signature],
+                                                        [s for _, s in signature])), name=name)
+        except Exception as e:   # noqa: BLE001 - auto mode: any failure falls back
+            if not flags.tfjit_fallback:
+                raise
+            if not state.failed:
+                log.warning("tfjit: cluster %s runs in TensorFlow (compilation failed: %s: %s)",
+                            name, type(e).__name__, e)
+            state.failed = True
+            return self._fall_back(key, f"compilation failed: {e}", remember=True)
+        if state.compiles == 0:
+            log.info("tfjit: Compiled cluster using tfjit! (%s, %d kernels, %.1f ms)",
+                     name, compiled.num_kernels, 1e3 * compiled.seconds)
+        else:
+            log.info("tfjit: recompiled cluster %s: %s", name, _why_recompile(state.last_signature, sig))
+        state.compiles += 1
+        state.last_signature = sig
+        return compiled.executable
+
+    def _fall_back(self, key: str, reason: str, remember: bool):
+        self.fallbacks[key] += 1
+        raise launch.Fallback(reason, remember)
+
+    def cluster_state(self, key: str) -> _ClusterState:
+        return self._states[key]
+
+
+def _why_recompile(old, new) -> str:
+    if old is None:
+        return "first signature"
+    if len(old) != len(new):
+        return f"{len(new)} inputs instead of {len(old)}"
+    for k, ((d0, s0), (d1, s1)) in enumerate(zip(old, new)):
+        if d0 != d1:
+            return f"input {k} dtype changed from enum {d0} to {d1}"
+        if s0 != s1:
+            return f"input {k} shape changed from {list(s0)} to {list(s1)}"
+    return "same signature"
 
 
 SERVICE = CompileService()

@@ -104,29 +104,41 @@ def _tensor_name(src) -> str:
     return src[0] if src[1] == 0 else f"{src[0]}:{src[1]}"
 
 
-def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None = None) -> list:
+def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None = None,
+                  context: dict | None = None) -> list:
     """Groups compilable nodes into cycle-free clusters by edge contraction.
 
-    Returns a list of node-name lists, each with at least ``min_size``
-    effective ops (Identity/Const and friends do not count).
+    ``context`` maps a node to a key (device, v1 control-flow frame and
+    predicates): nodes with different keys are never merged.  Returns a list of
+    node-name lists, each with at least ``min_size`` effective ops
+    (Identity/Const and friends do not count).
+
+    A contraction of clusters A and B is refused when a path leaves A and
+    reaches B (or the reverse) through a node outside both: the merged cluster
+    would then both feed and consume that node.  The search only visits nodes
+    that come before B's last node in topological order, since no path into B
+    can pass a later node; that keeps a 10,000-node graph fast.
     """
     order = graph.topological()
     pos = {n.name: k for k, n in enumerate(order)}
+    context = context or {}
     cluster = {n.name: n.name for n in order if marks.get(n.name, "structural") is None}
     members = {c: {c} for c in cluster}
-    succ = {n.name: set() for n in order}
+    last = {c: pos[c] for c in cluster}
+    succ = {n.name: [] for n in order}
     for n in order:
-        for src in [s for s, _ in n.inputs] + n.control_inputs:
-            succ[src].add(n.name)
+        for src in graph.sources(n):
+            succ[src].append(n.name)
 
     def find(x):
         while cluster[x] != x:
+            cluster[x] = cluster[cluster[x]]
             x = cluster[x]
         return x
 
-    def path_avoiding(a: set, b: set) -> bool:
+    def path_avoiding(a: set, b: set, limit: int) -> bool:
         """Is there a path from a into b that leaves a∪b on the way?"""
-        stack = [s for x in a for s in succ[x] if s not in a and s not in b]
+        stack = [s for x in a for s in succ[x] if s not in a and s not in b and pos[s] < limit]
         seen = set()
         while stack:
             x = stack.pop()
@@ -135,25 +147,27 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             if x in seen:
                 continue
             seen.add(x)
-            stack.extend(s for s in succ[x])
+            stack.extend(s for s in succ[x] if pos[s] <= limit)
         return False
 
     for n in order:
         if n.name not in cluster:
             continue
         for src, _ in n.inputs:
-            if src not in cluster:
+            if src not in cluster or context.get(src) != context.get(n.name):
                 continue
             a, b = find(src), find(n.name)
             if a == b:
                 continue
             if max_size and len(members[a]) + len(members[b]) > max_size:
                 continue
-            if path_avoiding(members[a], members[b]) or path_avoiding(members[b], members[a]):
+            if (path_avoiding(members[a], members[b], last[b])
+                    or path_avoiding(members[b], members[a], last[a])):
                 continue
             keep, gone = (a, b) if pos[a] < pos[b] else (b, a)
             cluster[gone] = keep
             members[keep] |= members.pop(gone)
+            last[keep] = max(last[keep], last.pop(gone))
     out = []
     for root, names in members.items():
         effective = [x for x in names if graph.nodes[x].op not in _FREE]

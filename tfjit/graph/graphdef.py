@@ -94,6 +94,7 @@ class Graph:
             attrs = {k: _decode(v) for k, v in nd.attr.items()}
             self.nodes[nd.name] = Node(nd.name, nd.op, data_inputs, controls, attrs, nd.device)
         self.functions = {f.signature.name: f for f in graph_def.library.function}
+        self._order = None
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Graph":
@@ -102,8 +103,20 @@ class Graph:
         gd.ParseFromString(data)
         return cls(gd)
 
+    def sources(self, node: Node) -> list:
+        """Names of the nodes ``node`` depends on (data and control), without the
+        back edges of v1 while loops (NextIteration -> Merge), so that order is
+        defined on graphs with loops."""
+        names = [s for s, _ in node.inputs] + node.control_inputs
+        if node.op in _MERGE_OPS:
+            names = [s for s in names if self.nodes.get(s) is None
+                     or self.nodes[s].op not in _NEXT_ITERATION_OPS]
+        return names
+
     def topological(self) -> list:
         """Nodes ordered so that every input comes first; raises on a cycle."""
+        if self._order is not None:
+            return self._order
         order, state = [], {}
         for root in self.nodes:
             stack = [(root, False)]
@@ -120,11 +133,16 @@ class Graph:
                 state[name] = 1
                 stack.append((name, True))
                 node = self.nodes[name]
-                for src in [s for s, _ in node.inputs] + node.control_inputs:
+                for src in self.sources(node):
                     if src not in self.nodes:
                         raise ValueError(f"node {name!r} reads unknown node {src!r}")
                     if state.get(src) != 2:
                         if state.get(src) == 1:
                             raise ValueError(f"graph has a cycle through node {src!r}")
                         stack.append((src, False))
+        self._order = order
         return order
+
+
+_MERGE_OPS = frozenset({"Merge", "RefMerge"})
+_NEXT_ITERATION_OPS = frozenset({"NextIteration", "RefNextIteration"})

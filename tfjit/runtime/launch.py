@@ -43,10 +43,31 @@ COMPILE_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64,           # cluster, cluster_def, len
     ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),              # num_inputs, dtypes
     ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64),  # ranks, dims
+    ctypes.c_int64, ctypes.c_int32,                              # executions, can_fall_back
     ctypes.POINTER(ctypes.c_void_p),                             # out
     ctypes.c_void_p, ctypes.c_int32)                             # error, error_len
 
+PASS_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int32,
+    ctypes.c_void_p, ctypes.c_int64,                             # graph_def, len
+    ctypes.c_int32, ctypes.c_int32,                              # is_function_graph, jit_level
+    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)            # result_ctx, error, error_len
+
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
+
+
+class Fallback(Exception):
+    """Raised by a compile callback: run the node's original subgraph instead.
+
+    ``remember``: for this signature from now on (else only this time, and the
+    callback is asked again at the next run)."""
+
+    def __init__(self, reason: str, remember: bool):
+        super().__init__(reason)
+        self.remember = remember
+
+
+_FALLBACK_ONCE, _FALLBACK_ALWAYS = 2, 3
 
 
 class Executable:
@@ -126,6 +147,10 @@ class _Library:
         self.c.TfjitClearCache.restype = None
         self.c.TfjitGetStats.argtypes = [ctypes.POINTER(ctypes.c_int64)] * 2
         self.c.TfjitGetStats.restype = None
+        self.c.TfjitSetPassCallback.argtypes = [PASS_CALLBACK]
+        self.c.TfjitSetPassCallback.restype = None
+        self.c.TfjitPassResult.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64]
+        self.c.TfjitPassResult.restype = None
 
 
 _load_lock = threading.Lock()
@@ -162,7 +187,8 @@ def _write_error(buffer: int, size: int, text: str) -> None:
 
 
 def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
-    def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, out, error, error_len):
+    def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, executions, can_fall_back,
+                 out, error, error_len):
         try:
             signature, pos = [], 0
             for i in range(n):
@@ -174,7 +200,8 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
                 exe = _executables.get(key)
             if exe is None:
                 cluster_def = ctypes.string_at(def_ptr, def_len) if def_len else b""
-                exe = fn(name, cluster_def, signature)
+                exe = fn(name, cluster_def, signature, executions=executions,
+                         can_fall_back=bool(can_fall_back))
                 if not isinstance(exe, Executable):
                     raise TypeError(f"compile callback returned {type(exe).__name__}, "
                                     "not tfjit.runtime.launch.Executable")
@@ -182,6 +209,9 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
                     exe = _executables.setdefault(key, exe)
             out[0] = exe.address
             return 0
+        except Fallback as e:
+            _write_error(error, error_len, str(e))
+            return _FALLBACK_ALWAYS if e.remember else _FALLBACK_ONCE
         except BaseException as e:  # noqa: BLE001 - must never escape into C
             try:
                 _write_error(error, error_len, f"{type(e).__name__}: {e}")
@@ -191,18 +221,50 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
     return COMPILE_CALLBACK(callback)
 
 
-def set_compile_callback(fn: Callable[[str, bytes, Signature], Executable] | None) -> None:
-    """Registers ``fn(cluster, cluster_def, signature) -> Executable`` for cache misses.
+def set_compile_callback(fn: Callable[..., Executable] | None) -> None:
+    """Registers ``fn(cluster, cluster_def, signature, *, executions, can_fall_back)
+    -> Executable`` for cache misses.
 
-    ``signature`` is ``[(tf_dtype_enum, dims), ...]`` per input. An exception
-    raised by ``fn`` becomes the op's InvalidArgumentError text. ``None``
-    unregisters.
+    ``signature`` is ``[(tf_dtype_enum, dims), ...]`` per input; ``executions``
+    counts the node's runs so far; ``can_fall_back`` says whether the node has
+    its original subgraph to run instead (then ``fn`` may raise ``Fallback``).
+    Any other exception raised by ``fn`` becomes the op's InvalidArgumentError
+    text. ``None`` unregisters.
     """
     lib = _lib()
     with _callback_lock:
         cb = _trampoline(fn) if fn is not None else COMPILE_CALLBACK()
         _callbacks.append(cb)
     lib.c.TfjitSetCompileCallback(cb)
+
+
+def set_pass_callback(fn: Callable[[bytes, bool, int], bytes | None] | None) -> None:
+    """Registers the auto-clustering pass's ``fn(graph_def, is_function_graph, jit_level)``.
+
+    ``fn`` returns the rewritten GraphDef's bytes, or None to leave the graph
+    as it is; an exception leaves the graph unclustered (the op library logs
+    it). ``None`` unregisters.
+    """
+    lib = _lib()
+
+    def callback(data, size, is_function, jit_level, result_ctx, error, error_len):
+        try:
+            out = fn(ctypes.string_at(data, size), bool(is_function), jit_level)
+            if out is None:
+                return 0
+            lib.c.TfjitPassResult(result_ctx, out, len(out))
+            return 1
+        except BaseException as e:  # noqa: BLE001 - must never escape into C
+            try:
+                _write_error(error, error_len, f"{type(e).__name__}: {e}")
+            except BaseException:  # noqa: BLE001
+                pass
+            return -1
+
+    with _callback_lock:
+        cb = PASS_CALLBACK(callback) if fn is not None else PASS_CALLBACK()
+        _callbacks.append(cb)
+    lib.c.TfjitSetPassCallback(cb)
 
 
 # -- Running ----------------------------------------------------------------

@@ -18,10 +18,19 @@
 //     step runs inline or sharded. Temps are allocated per launch, 64-byte aligned.
 //
 //   int32_t TfjitCompileCallback(cluster, cluster_def, cluster_def_len,
-//       num_inputs, dtypes, ranks, dims (concatenated), out, error, error_len);
+//       num_inputs, dtypes, ranks, dims (concatenated), executions, can_fall_back,
+//       out, error, error_len);
 //     Called on a cache miss; returns 0 and sets *out, or nonzero and writes a
-//     NUL-terminated message into error. Called WITHOUT any lock held here (the
-//     callback takes the GIL; holding a lock across it could deadlock).
+//     NUL-terminated message into error: 1 = error, 2 = run the fallback this
+//     time (ask again next time), 3 = run the fallback for this signature from
+//     now on. executions counts this node's runs so far; can_fall_back says
+//     whether the node has a fallback function (auto mode). Called WITHOUT any
+//     lock held here (the callback takes the GIL; holding a lock across it
+//     could deadlock).
+//
+//   Fallback: a node clustered by auto mode carries its original subgraph as a
+//   function (attr `fallback`, one entry); the op runs it through the function
+//   library runtime, asynchronously, exactly as TF's own call ops do.
 //   extern "C" void TfjitSetCompileCallback(TfjitCompileCallback cb);
 //   extern "C" void TfjitClearCache();  // must not race with running launches
 //   extern "C" void TfjitGetStats(int64_t* hits, int64_t* misses);
@@ -38,6 +47,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -63,8 +73,8 @@ struct TfjitExecutable {
 typedef int32_t (*TfjitCompileCallback)(
     const char* cluster, const char* cluster_def, int64_t cluster_def_len,
     int32_t num_inputs, const int32_t* dtypes, const int32_t* ranks,
-    const int64_t* dims, const TfjitExecutable** out, char* error,
-    int32_t error_len);
+    const int64_t* dims, int64_t executions, int32_t can_fall_back,
+    const TfjitExecutable** out, char* error, int32_t error_len);
 }
 
 namespace tensorflow {
@@ -88,6 +98,10 @@ std::atomic<int64_t> g_hits{0};
 std::atomic<int64_t> g_misses{0};
 // Bumped by TfjitClearCache so per-kernel remembered executables expire.
 std::atomic<uint64_t> g_generation{1};
+// Cached in place of an executable: this signature runs the fallback function.
+const TfjitExecutable kFallbackMarker{};
+constexpr int32_t kCallbackFallbackOnce = 2;
+constexpr int32_t kCallbackFallbackAlways = 3;
 
 struct GlobalCache {
   absl::Mutex mu;
@@ -108,16 +122,28 @@ void AdviseHugePages(void* data, size_t bytes) {
   }
 }
 
-class TfjitLaunchOp : public OpKernel {
+class TfjitLaunchOp : public AsyncOpKernel {
  public:
-  explicit TfjitLaunchOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TfjitLaunchOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("cluster", &cluster_));
+    std::vector<NameAttrList> fallback;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("fallback", &fallback));
+    OP_REQUIRES(ctx, fallback.size() <= 1,
+                Invalid("TfjitLaunch: at most one fallback function, got ", fallback.size()));
+    if (!fallback.empty()) fallback_ = fallback[0];
+    has_fallback_ = !fallback.empty();
   }
 
-  void Compute(OpKernelContext* ctx) override {
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    executions_.fetch_add(1, std::memory_order_relaxed);
     const TfjitExecutable* exe = nullptr;
-    OP_REQUIRES_OK(ctx, Lookup(ctx, &exe));
-    OP_REQUIRES_OK(ctx, Run(ctx, *exe));
+    OP_REQUIRES_OK_ASYNC(ctx, Lookup(ctx, &exe), done);
+    if (exe == &kFallbackMarker) {
+      RunFallback(ctx, std::move(done));
+      return;
+    }
+    OP_REQUIRES_OK_ASYNC(ctx, Run(ctx, *exe), done);
+    done();
   }
 
  private:
@@ -177,17 +203,22 @@ class TfjitLaunchOp : public OpKernel {
       g_hits.fetch_add(1, std::memory_order_relaxed);
     } else {
       g_misses.fetch_add(1, std::memory_order_relaxed);
-      TF_RETURN_IF_ERROR(Compile(ctx, &found));
+      bool remember = true;
+      TF_RETURN_IF_ERROR(Compile(ctx, &found, &remember));
+      if (!remember) {   // fallback this time only: ask the compiler again next time
+        *exe = found;
+        return absl::OkStatus();
+      }
       absl::MutexLock l(&cache.mu);
       found = cache.map.emplace(key, found).first->second;  // first insert wins
     }
-    TF_RETURN_IF_ERROR(Validate(ctx, *found));
+    if (found != &kFallbackMarker) TF_RETURN_IF_ERROR(Validate(ctx, *found));
     Remember(ctx, generation, found);
     *exe = found;
     return absl::OkStatus();
   }
 
-  absl::Status Compile(OpKernelContext* ctx, const TfjitExecutable** exe) {
+  absl::Status Compile(OpKernelContext* ctx, const TfjitExecutable** exe, bool* remember) {
     TfjitCompileCallback callback = g_callback.load(std::memory_order_acquire);
     if (callback == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -210,8 +241,14 @@ class TfjitLaunchOp : public OpKernel {
     const int32_t rc = callback(cluster_.c_str(), cluster_def.data(),
                                 static_cast<int64_t>(cluster_def.size()),
                                 ctx->num_inputs(), dtypes.data(), ranks.data(),
-                                dims.data(), &result, error, kErrorLen);
+                                dims.data(), executions_.load(std::memory_order_relaxed),
+                                has_fallback_ ? 1 : 0, &result, error, kErrorLen);
     error[kErrorLen - 1] = '\0';
+    if (has_fallback_ && (rc == kCallbackFallbackOnce || rc == kCallbackFallbackAlways)) {
+      *exe = &kFallbackMarker;
+      *remember = rc == kCallbackFallbackAlways;
+      return absl::OkStatus();
+    }
     if (rc != 0) {
       if (error[0] == '\0') return Invalid("tfjit failed to compile cluster ", cluster_);
       return absl::InvalidArgumentError(error);
@@ -325,6 +362,54 @@ class TfjitLaunchOp : public OpKernel {
     return Invalid(exe.messages[status - 1], " (in tfjit cluster ", cluster_, ")");
   }
 
+  // Runs the node's original subgraph (a function in the graph's library), as
+  // TF's CallOp does; the instantiated handle is kept per library runtime.
+  void RunFallback(OpKernelContext* ctx, DoneCallback done) {
+    FunctionLibraryRuntime* lib = ctx->function_library();
+    OP_REQUIRES_ASYNC(ctx, lib != nullptr,
+                      absl::InternalError(absl::StrCat("tfjit cluster ", cluster_,
+                                                       ": no function library for the fallback")),
+                      done);
+    FunctionLibraryRuntime::Handle handle;
+    {
+      absl::MutexLock l(&fallback_mu_);
+      auto it = handles_.find(lib);
+      if (it == handles_.end()) {
+        OP_REQUIRES_OK_ASYNC(ctx, lib->Instantiate(fallback_.name(), AttrSlice(&fallback_.attr()),
+                                                   &handle), done);
+        handles_.emplace(lib, handle);
+      } else {
+        handle = it->second;
+      }
+    }
+    FunctionLibraryRuntime::Options opts;
+    opts.rendezvous = ctx->rendezvous();
+    opts.cancellation_manager = ctx->cancellation_manager();
+    opts.step_container = ctx->step_container();
+    opts.stats_collector = ctx->stats_collector();
+    opts.runner = ctx->runner();
+    opts.run_all_kernels_inline = ctx->run_all_kernels_inline();
+    opts.collective_executor = ctx->collective_executor();
+    std::vector<Tensor> args;
+    args.reserve(ctx->num_inputs());
+    for (int i = 0; i < ctx->num_inputs(); ++i) args.push_back(ctx->input(i));
+    auto* rets = new std::vector<Tensor>;
+    lib->Run(opts, handle, args, rets,
+             [ctx, rets, done = std::move(done), this](const absl::Status& status) {
+               if (!status.ok()) {
+                 ctx->SetStatus(status);
+               } else if (static_cast<int>(rets->size()) != ctx->num_outputs()) {
+                 ctx->SetStatus(Invalid("tfjit cluster ", cluster_, ": fallback returned ",
+                                        rets->size(), " values for ", ctx->num_outputs(),
+                                        " outputs"));
+               } else {
+                 for (int o = 0; o < ctx->num_outputs(); ++o) ctx->set_output(o, (*rets)[o]);
+               }
+               delete rets;
+               done();
+             });
+  }
+
   static void RunStep(OpKernelContext* ctx, const TfjitStep& step, void** bufs) {
     const int64_t rows = step.rows;
     if (rows <= 0) return;
@@ -340,6 +425,12 @@ class TfjitLaunchOp : public OpKernel {
   }
 
   std::string cluster_;
+  NameAttrList fallback_;
+  bool has_fallback_ = false;
+  std::atomic<int64_t> executions_{0};
+  absl::Mutex fallback_mu_;
+  std::unordered_map<FunctionLibraryRuntime*, FunctionLibraryRuntime::Handle> handles_
+      ABSL_GUARDED_BY(fallback_mu_);
   absl::Mutex last_mu_;
   absl::InlinedVector<int64_t, 16> last_signature_ ABSL_GUARDED_BY(last_mu_);
   const TfjitExecutable* last_exe_ ABSL_GUARDED_BY(last_mu_) = nullptr;
@@ -356,6 +447,7 @@ REGISTER_OP("TfjitLaunch")
     .Attr("cluster: string")
     .Attr("cluster_def: string = ''")
     .Attr("output_shapes: list(shape) >= 0")
+    .Attr("fallback: list(func) = []")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       std::vector<PartialTensorShape> shapes;
       TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));

@@ -1,0 +1,120 @@
+"""Auto mode for unmodified programs: the graph pass's Python side.
+
+``activate()`` loads the op library and registers ``on_graph`` with its
+auto-clustering pass (runtime/cluster_pass.cc), which TensorFlow runs on
+every graph it executes: tf.compat.v1 Session graphs and every tf.function
+body, Keras's included.  Whether a graph is clustered follows XLA's rules:
+
+* ``--tfjit_auto_jit=-1``: never; ``1``/``2`` (or ``config.set_jit``): always;
+  ``0`` (default): when the graph's ConfigProto asks for it
+  (``optimizer_options.global_jit_level`` ON_1/ON_2);
+* on CPU only with ``--tfjit_cpu_global_jit`` (as ``--tf_xla_cpu_global_jit``);
+  without it nothing is clustered and that is said once.
+
+The pass never fails a run: any error here leaves that graph to TensorFlow
+(the op library logs the reason).  Nodes tfjit leaves unclustered get
+``_XlaCompile=false`` so TensorFlow's own XLA does not compile them instead.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from tfjit import config
+
+log = logging.getLogger("tfjit")
+
+_lock = threading.Lock()
+_active = False
+_said = set()       # messages logged once per process
+stats = {"graphs_seen": 0, "graphs_clustered": 0, "clusters": 0}
+
+
+def _once(key: str, level: int, message: str, *args) -> None:
+    if key not in _said:
+        _said.add(key)
+        log.log(level, message, *args)
+
+
+def activate() -> None:
+    """Turns the graph pass on for this process (idempotent)."""
+    global _active
+    from tfjit.api.service import SERVICE
+    from tfjit.graph.auto import Options
+    from tfjit.runtime import launch
+    with _lock:
+        if _active:
+            return
+        Options.from_flags(config.flags())     # a bad op list is an error now, not per graph
+        SERVICE.install()
+        launch.set_pass_callback(on_graph)
+        _active = True
+
+
+def wanted(jit_level: int) -> bool:
+    """Does auto mode cluster a graph whose ConfigProto says ``jit_level``?"""
+    flags = config.flags()
+    if flags.tfjit_auto_jit < 0:
+        return False
+    if flags.tfjit_auto_jit == 0 and jit_level not in (1, 2):   # OptimizerOptions ON_1, ON_2
+        return False
+    if not flags.tfjit_cpu_global_jit:
+        _once("cpu", logging.WARNING, "tfjit: auto mode is on but clusters nothing on CPU "
+              "without --tfjit_cpu_global_jit (as XLA's --tf_xla_cpu_global_jit)")
+        return False
+    return True
+
+
+def on_graph(data: bytes, is_function: bool, jit_level: int) -> bytes | None:
+    """The pass callback: the rewritten GraphDef's bytes, or None to leave it."""
+    stats["graphs_seen"] += 1
+    if not wanted(jit_level):
+        return None
+    from tensorflow.core.framework import attr_value_pb2, graph_pb2
+
+    from tfjit.api.service import SERVICE
+    from tfjit.graph import auto, debug
+    gd = graph_pb2.GraphDef()
+    gd.ParseFromString(data)
+    if not auto.is_clusterable_graph(gd):
+        return None
+    info = _tensor_info(gd)
+    for nd in gd.node:
+        del nd.attr[_TYPES_ATTR]
+    options = auto.Options.from_flags(config.flags())
+    result = auto.cluster_graph(gd, info, options)
+    debug.maybe_dump_clustering(gd, result)
+    if result.graph_def is None:
+        return None
+    for spec in result.specs:
+        SERVICE.register(spec.key, spec.graph_def, name=spec.name)
+    no_xla = attr_value_pb2.AttrValue(b=False)
+    for nd in result.graph_def.node:
+        if nd.op != "TfjitLaunch" and "_XlaCompile" not in nd.attr:
+            nd.attr["_XlaCompile"].CopyFrom(no_xla)
+    stats["graphs_clustered"] += 1
+    stats["clusters"] += len(result.specs)
+    log.info("tfjit: clustered %s graph: %s", "function" if is_function else "session",
+             ", ".join(f"{s.name} ({len(s.nodes)} nodes)" for s in result.specs))
+    return result.graph_def.SerializeToString()
+
+
+_TYPES_ATTR = "_tfjit_output_types"   # set by cluster_pass.cc
+
+
+def _tensor_info(gd):
+    """``info(node, index)`` from the dtypes the pass attached and any known shapes."""
+    types, shapes = {}, {}
+    for nd in gd.node:
+        types[nd.name] = list(nd.attr[_TYPES_ATTR].list.type) if _TYPES_ATTR in nd.attr else []
+        if "_output_shapes" in nd.attr:
+            shapes[nd.name] = nd.attr["_output_shapes"].list.shape
+
+    def info(node: str, index: int):
+        shape = None
+        if node in shapes and index < len(shapes[node]):
+            proto = shapes[node][index]
+            if not proto.unknown_rank:
+                shape = tuple(None if d.size < 0 else d.size for d in proto.dim)
+        return types[node][index], shape
+    return info

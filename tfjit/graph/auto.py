@@ -1,0 +1,189 @@
+"""Auto-clustering of a whole graph: candidates, clusters, rewritten graph.
+
+Used by every auto-mode front door: the graph pass that sees Session graphs
+and tf.function bodies (api/autojit.py), ``tfjit.function(jit_compile=None)``
+(api/autocluster.py) and ``tfjit.explain`` (api/explain.py).
+
+Steps (after XLA's MarkForCompilationPass; tfjit's own code):
+1. candidates: marking (graph/mark.py: a lowering exists and compiling keeps
+   the op's meaning) plus auto mode's own filters, each with a reason: the
+   ``--tfjit_ops_to_cluster`` allow-list, ``--tfjit_cluster_exclude_ops``,
+   ``_XlaCompile=false``/``_tfjit_compile=false`` opt-outs, non-CPU devices;
+2. a context per node (device, v1 control-flow frame, predicates it is
+   conditional on): clusters never span two contexts;
+3. cycle-free edge contraction (graph/cluster.py), size limits;
+4. each cluster's definition, its fallback function and the rewritten graph.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+
+from tfjit.graph import cluster as clustering
+from tfjit.graph import fallback
+from tfjit.graph.graphdef import Graph
+from tfjit.graph.mark import STRUCTURAL, mark
+from tfjit.graph.rewrite import rewrite
+
+OPT_OUT_ATTRS = ("_XlaCompile", "_tfjit_compile")
+_ENTER = frozenset({"Enter", "RefEnter"})
+_EXIT = frozenset({"Exit", "RefExit"})
+_SWITCH = frozenset({"Switch", "RefSwitch"})
+_MERGE = frozenset({"Merge", "RefMerge"})
+
+_counter = itertools.count()     # process-wide cluster numbering, as XLA's cluster_N
+
+
+@dataclasses.dataclass
+class Options:
+    min_size: int = 4
+    max_size: int = 0                  # 0: unbounded
+    ops_to_cluster: frozenset = frozenset()   # empty: every op with a lowering
+    exclude_ops: frozenset = frozenset()
+    deterministic_names: bool = False
+    fallback: bool = True              # give launch nodes their original subgraph
+
+    @classmethod
+    def from_flags(cls, flags) -> "Options":
+        return cls(flags.tfjit_min_cluster_size, flags.tfjit_max_cluster_size,
+                   op_list(flags.tfjit_ops_to_cluster, "--tfjit_ops_to_cluster"),
+                   op_list(flags.tfjit_cluster_exclude_ops, "--tfjit_cluster_exclude_ops"),
+                   flags.tfjit_deterministic_cluster_names)
+
+
+def op_list(text: str, flag: str) -> frozenset:
+    """Op names from a comma-separated flag; an op TensorFlow doesn't know is an error."""
+    from tensorflow.python.framework import op_def_registry
+
+    from tfjit.config import FlagError
+    names = frozenset(x.strip() for x in text.split(",") if x.strip())
+    unknown = sorted(n for n in names if op_def_registry.get(n) is None)
+    if unknown:
+        raise FlagError(f"{flag}: unknown TensorFlow op(s) {', '.join(unknown)}")
+    return names
+
+
+@dataclasses.dataclass
+class Result:
+    graph: Graph
+    marks: dict                # node -> None | reason it is not compiled
+    specs: list                # ClusterSpec per cluster, in graph order
+    graph_def: object = None   # the rewritten GraphDef (None when nothing was clustered)
+
+    def cluster_of(self) -> dict:
+        return {n: s.name for s in self.specs for n in s.nodes}
+
+
+def candidates(graph: Graph, options: Options) -> dict:
+    """{node: None | reason}: marking plus auto mode's own filters."""
+    marks = mark(graph)
+    for name, why in marks.items():
+        if why:
+            continue
+        node = graph.nodes[name]
+        if options.ops_to_cluster and node.op not in options.ops_to_cluster:
+            marks[name] = f"{node.op} is not in --tfjit_ops_to_cluster"
+        elif node.op in options.exclude_ops:
+            marks[name] = f"{node.op} is excluded by --tfjit_cluster_exclude_ops"
+        elif any(node.attrs.get(a) is False for a in OPT_OUT_ATTRS):
+            marks[name] = "opted out of compilation (_XlaCompile=false)"
+        elif _device_kind(node.device) not in ("", "CPU"):
+            marks[name] = f"placed on {node.device}: tfjit compiles for CPU"
+    return marks
+
+
+def _device_kind(device: str) -> str:
+    for part in device.split("/"):
+        if part.startswith("device:"):
+            part = part[len("device:"):]
+        kind = part.split(":")[0].upper()
+        if kind in ("CPU", "GPU", "TPU") or part.startswith("device"):
+            return kind
+    return ""
+
+
+def contexts(graph: Graph) -> dict:
+    """{node: (device, frame, predicates)}: nodes that may share a cluster.
+
+    The frame follows v1 loops (Enter opens ``frame_name``, Exit closes it);
+    the predicates are the Switch outputs a node's value depends on (a Merge
+    keeps only those common to all its inputs), so a cluster never mixes the
+    two sides of a conditional or code inside and outside a loop.
+    """
+    frame_out, preds_out, out = {}, {}, {}
+    for node in graph.topological():
+        srcs = graph.sources(node)
+        frame = next((frame_out[s] for s in srcs if s in frame_out), "")
+        inputs = [(s, k) for s, k in node.inputs if s in preds_out] + \
+                 [(s, -1) for s in node.control_inputs if s in preds_out]
+        sets = [preds_out[s] | ({(s, k)} if graph.nodes[s].op in _SWITCH and k >= 0 else set())
+                for s, k in inputs]
+        if node.op in _MERGE:
+            preds = frozenset.intersection(*map(frozenset, sets)) if sets else frozenset()
+        else:
+            preds = frozenset().union(*sets) if sets else frozenset()
+        out[node.name] = (node.device, frame, preds)
+        preds_out[node.name] = preds
+        if node.op in _ENTER:
+            frame_out[node.name] = f"{frame}/{node.attrs.get('frame_name', b'')!r}"
+        elif node.op in _EXIT:
+            frame_out[node.name] = frame.rsplit("/", 1)[0]
+        else:
+            frame_out[node.name] = frame
+    return out
+
+
+def cluster_graph(graph_def, tensor_info, options: Options, outputs: list | None = None,
+                  rewrite_graph: bool = True) -> Result:
+    """Finds the clusters of ``graph_def`` and (optionally) rewrites it.
+
+    ``tensor_info(node, index) -> (dtype enum, shape or None)``; ``outputs``
+    are tensors read from outside the graph (a function's results), which
+    clusters must produce even when no node of the graph reads them.
+    """
+    graph = Graph(graph_def)
+    marks = candidates(graph, options)
+    groups = clustering.auto_clusters(graph, marks, options.min_size, options.max_size or None,
+                                      contexts(graph))
+    used_outside = {}
+    for node in graph.nodes.values():
+        for src in node.inputs:
+            used_outside.setdefault(src[0], set()).add((src, node.name))
+    prefix = _name_prefix(graph_def, options)
+    specs = []
+    for names in groups:
+        inside = set(names)
+        outs = [src for n in names for src, reader in sorted(used_outside.get(n, ()))
+                if reader not in inside]
+        outs += [o for o in outputs or () if o[0] in inside]
+        outs = list(dict.fromkeys(outs))
+        name = f"cluster_{prefix}{len(specs) if prefix else next(_counter)}"
+        specs.append(clustering.extract(graph, names, tensor_info, outputs=outs, name=name))
+    result = Result(graph, marks, specs)
+    if specs and rewrite_graph:
+        fallbacks = ({s.key: fallback.function_def(s.graph_def, s.key) for s in specs}
+                     if options.fallback else None)
+        result.graph_def, _ = rewrite(graph_def, specs, tensor_info, fallbacks)
+    return result
+
+
+def _name_prefix(graph_def, options: Options) -> str:
+    """Deterministic names: a fingerprint of the graph, then the cluster's index."""
+    if not options.deterministic_names:
+        return ""
+    digest = hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()
+    return digest[:8] + "_"
+
+
+def is_clusterable_graph(graph_def) -> bool:
+    """False for graphs tfjit made (launch nodes, fallback bodies): never cluster twice."""
+    for nd in graph_def.node:
+        if nd.op == "TfjitLaunch" or fallback.FALLBACK_ATTR in nd.attr:
+            return False
+    return True
+
+
+def effective_ops(graph: Graph, names) -> int:
+    return sum(1 for n in names if graph.nodes[n].op not in clustering._FREE
+               and graph.nodes[n].op not in STRUCTURAL)
