@@ -12,9 +12,10 @@ needs) does not pull in the compiler.
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["Function", "function", "config"]
+__all__ = ["Function", "function", "config", "explain"]
 
-_LAZY = {"Function": "tfjit.api.function", "function": "tfjit.api.function"}
+_LAZY = {"Function": "tfjit.api.function", "function": "tfjit.api.function",
+         "explain": "tfjit.api.explain"}
 
 
 def __getattr__(name):

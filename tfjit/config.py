@@ -106,6 +106,9 @@ def set_jit(mode) -> None:
     set_flags(tfjit_auto_jit=_JIT_MODES[mode])
     if _JIT_MODES[mode] > 0:
         set_flags(tfjit_cpu_global_jit=True)
+    if _JIT_MODES[mode] >= 0:
+        from tfjit.api import autojit   # loads TensorFlow and the op library
+        autojit.activate()
 
 
 def get_jit():

@@ -17,6 +17,7 @@ The pass never fails a run: any error here leaves that graph to TensorFlow
 """
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 
@@ -28,6 +29,7 @@ _lock = threading.Lock()
 _active = False
 _said = set()       # messages logged once per process
 stats = {"graphs_seen": 0, "graphs_clustered": 0, "clusters": 0}
+recent = collections.deque(maxlen=32)   # graph/auto.Result of the latest clustered graphs
 
 
 def _once(key: str, level: int, message: str, *args) -> None:
@@ -49,6 +51,16 @@ def activate() -> None:
         SERVICE.install()
         launch.set_pass_callback(on_graph)
         _active = True
+
+
+def deactivate() -> None:
+    """Unregisters the graph pass (graphs already rewritten keep their launch nodes)."""
+    global _active
+    from tfjit.runtime import launch
+    with _lock:
+        if _active:
+            launch.set_pass_callback(None)
+            _active = False
 
 
 def wanted(jit_level: int) -> bool:
@@ -92,6 +104,7 @@ def on_graph(data: bytes, is_function: bool, jit_level: int) -> bytes | None:
     for nd in result.graph_def.node:
         if nd.op != "TfjitLaunch" and "_XlaCompile" not in nd.attr:
             nd.attr["_XlaCompile"].CopyFrom(no_xla)
+    recent.append(result)
     stats["graphs_clustered"] += 1
     stats["clusters"] += len(result.specs)
     log.info("tfjit: clustered %s graph: %s", "function" if is_function else "session",

@@ -121,10 +121,11 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     """
     order = graph.topological()
     pos = {n.name: k for k, n in enumerate(order)}
-    context = context or {}
+    context = context or {}   # (both limits count effective ops: Identity/Const are free)
     cluster = {n.name: n.name for n in order if marks.get(n.name, "structural") is None}
     members = {c: {c} for c in cluster}
     last = {c: pos[c] for c in cluster}
+    size = {c: int(graph.nodes[c].op not in _FREE) for c in cluster}   # effective ops
     succ = {n.name: [] for n in order}
     for n in order:
         for src in graph.sources(n):
@@ -159,7 +160,7 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             a, b = find(src), find(n.name)
             if a == b:
                 continue
-            if max_size and len(members[a]) + len(members[b]) > max_size:
+            if max_size and size[a] + size[b] > max_size:
                 continue
             if (path_avoiding(members[a], members[b], last[b])
                     or path_avoiding(members[b], members[a], last[a])):
@@ -168,11 +169,8 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             cluster[gone] = keep
             members[keep] |= members.pop(gone)
             last[keep] = max(last[keep], last.pop(gone))
-    out = []
-    for root, names in members.items():
-        effective = [x for x in names if graph.nodes[x].op not in _FREE]
-        if len(effective) >= min_size:
-            out.append(sorted(names, key=pos.get))
+            size[keep] += size.pop(gone)
+    out = [sorted(names, key=pos.get) for root, names in members.items() if size[root] >= min_size]
     return sorted(out, key=lambda c: pos[c[0]])
 
 

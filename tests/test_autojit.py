@@ -1,0 +1,420 @@
+"""Auto mode (issue 3): the graph pass, clustering rules, compile policy and fallback.
+
+Every result is compared with the same program run by TensorFlow alone.  The
+in-process tests turn auto mode on with flags (``auto_mode`` fixture) and
+restore them after; the unmodified-program tests run scripts in subprocesses
+with TFJIT_FLAGS, through the installed import hook.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from oracle import assert_matches
+from tfjit import config
+from tfjit.api import autojit
+from tfjit.api.service import SERVICE
+from tfjit.api.tracing import tensor_info
+from tfjit.graph import auto
+from tfjit.graph.graphdef import Graph
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def flags():
+    """Restores every flag after the test."""
+    saved = dataclasses.replace(config.flags())
+    yield config.flags()
+    for f in dataclasses.fields(saved):
+        setattr(config.flags(), f.name, getattr(saved, f.name))
+
+
+@pytest.fixture
+def auto_mode(flags):
+    config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True)
+    autojit.activate()
+    autojit.recent.clear()
+    yield flags
+
+
+def clustered(node_substring: str):
+    """The latest clustering result holding a node whose name contains the string."""
+    for result in reversed(autojit.recent):
+        if any(node_substring in n for n in result.graph.nodes):
+            return result
+    raise AssertionError(f"no clustered graph has a node like {node_substring!r}")
+
+
+def analyse(fn, *args, **options):
+    cf = tf.function(fn).get_concrete_function(*args)
+    return auto.cluster_graph(cf.graph.as_graph_def(), tensor_info(cf.graph),
+                              auto.Options(**options),
+                              outputs=[(t.op.name, t.value_index) for t in cf.outputs])
+
+
+def same_results(got, want, **tol):
+    for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want)):
+        assert_matches(np.asarray(g), np.asarray(w), **tol)
+
+
+# -- the clustering rules --------------------------------------------------------------
+
+def test_unique_in_the_middle_gives_exactly_two_clusters(auto_mode):
+    def fn(x):
+        y = tf.nn.relu(x * 2.0 + 1.0) - tf.abs(x) * 0.5
+        u, _ = tf.unique(tf.cast(tf.round(y), tf.int32))
+        return tf.reduce_sum(tf.cast(u, tf.float32) * 3.0 + 1.0 - 2.0)
+    x = tf.constant(np.random.default_rng(0).standard_normal(64, dtype=np.float32))
+    same_results(tf.function(fn)(x), fn(x))
+    result = clustered("Unique")
+    assert len(result.specs) == 2
+    assert all(not any("Unique" in n for n in s.nodes) for s in result.specs)
+    assert "output shape depends on input values" in result.marks["Unique"]
+
+
+def test_a_chain_through_an_uncompilable_op_is_not_merged():
+    # a -> CheckNumerics -> d and a -> c -> d: merging a, c and d would put the
+    # uncompilable op both after and before the cluster, a cycle.
+    def fn(x):
+        a = x * 2.0
+        u = tf.debugging.check_numerics(a, "a")
+        c = a + 1.0
+        return u * 3.0 + c
+    result = analyse(fn, tf.ones([8]), min_size=1)
+    owner = result.cluster_of()
+    assert owner["mul"] != owner["add_1"]
+    Graph(result.graph_def).topological()      # the rewritten graph is acyclic
+
+
+def test_a_diamond_is_one_cluster():
+    def fn(x):
+        a = x * 2.0
+        return tf.exp(a) + tf.abs(a) - 1.0
+    result = analyse(fn, tf.ones([8]))
+    assert len(result.specs) == 1
+    assert {"mul", "Exp", "Abs", "add", "sub"} <= set(result.specs[0].nodes)
+
+
+def test_min_and_max_cluster_size():
+    def fn(x):
+        y = x
+        for k in range(8):
+            y = y * 1.5 + float(k)
+        return tf.strings.as_string(y), tf.abs(x) + 1.0 - 2.0
+    capped = analyse(fn, tf.ones([4]), max_size=5, min_size=1)
+    assert len(capped.specs) >= 4
+    assert max(auto.effective_ops(capped.graph, s.nodes) for s in capped.specs) <= 5
+    small = analyse(fn, tf.ones([4]), min_size=4)
+    assert all(auto.effective_ops(small.graph, s.nodes) >= 4 for s in small.specs)
+    assert not any("Abs" in s.nodes for s in small.specs)          # 3 effective ops only
+    assert any("Abs" in s.nodes for s in analyse(fn, tf.ones([4]), min_size=3).specs)
+
+
+def test_allow_list_and_exclusions(flags):
+    def fn(x):
+        return tf.exp(x * 2.0 + 1.0) * 3.0 - x
+    only_mul = analyse(fn, tf.ones([4]), min_size=1, ops_to_cluster=frozenset({"Mul"}))
+    assert {only_mul.graph.nodes[n].op for s in only_mul.specs for n in s.nodes} == {"Mul"}
+    assert "not in --tfjit_ops_to_cluster" in only_mul.marks["Exp"]
+    no_exp = analyse(fn, tf.ones([4]), min_size=1, exclude_ops=frozenset({"Exp"}))
+    assert "excluded" in no_exp.marks["Exp"]
+    config.set_flags(tfjit_ops_to_cluster="Mul,NotAnOp")
+    with pytest.raises(config.FlagError, match="NotAnOp"):
+        auto.Options.from_flags(config.flags())
+
+
+def test_opt_out_attribute_is_respected():
+    def fn(x):
+        with tf.compat.v1.get_default_graph()._attr_scope(
+                {"_XlaCompile": tf.compat.v1.AttrValue(b=False)}):
+            y = tf.exp(x)
+        return y * 2.0 + 1.0 - x
+    result = analyse(fn, tf.ones([4]), min_size=1)
+    assert "opted out" in result.marks["Exp"]
+
+
+def test_v1_while_loop_frames_are_never_mixed():
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.disable_control_flow_v2()
+        try:
+            x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
+            y = x * 2.0 + 1.0
+            _, out = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 0.5 + 1.0),
+                                   [tf.constant(0), y])
+            tf.identity(out * 3.0 - 1.0, name="result")
+        finally:
+            tf.compat.v1.enable_control_flow_v2()
+    gd = g.as_graph_def()
+    graph = Graph(gd)
+    frames = auto.contexts(graph)
+    info = lambda n, i: (g.get_operation_by_name(n).outputs[i].dtype.as_datatype_enum, None)
+    result = auto.cluster_graph(gd, info, auto.Options(min_size=1))
+    for spec in result.specs:
+        assert len({frames[n][1] for n in spec.nodes}) == 1, spec.nodes
+    inside = [n for n, c in frames.items() if c[1]]
+    assert inside, "the loop body should be in a frame"
+
+
+# -- running: results, variables, compile policy, fallback -------------------------------
+
+def test_resource_variables_keep_their_order_and_values(auto_mode):
+    def make():
+        v = tf.Variable(tf.fill([4, 8], 0.5))
+        w = tf.Variable(tf.ones([8]))
+
+        @tf.function
+        def step(x):
+            a = tf.exp(x * 0.1) + 1.0 - v * 2.0     # reads v before the assignment
+            v.assign(a * 0.5 + x)
+            b = tf.reduce_sum(v * 3.0 + 1.0, axis=0)  # reads v after it
+            w.assign_add(b * 0.01 - 1.0)
+            return a, b, tf.reduce_sum(w * w)
+        return v, w, step
+    x = tf.constant(np.random.default_rng(1).standard_normal((4, 8), dtype=np.float32))
+    v, w, step = make()
+    got = [step(x) for _ in range(3)]
+    config.set_flags(tfjit_auto_jit=-1)
+    v0, w0, step0 = make()
+    want = [step0(x) for _ in range(3)]
+    for g, e in zip(got, want):
+        same_results(g, e, rtol=1e-5)
+    same_results([v.numpy(), w.numpy()], [v0.numpy(), w0.numpy()], rtol=1e-5)
+    assert len(clustered("AssignVariableOp").specs) >= 1
+
+
+def test_lazy_compilation_and_megamorphic_clusters(auto_mode):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def f(x):
+        return tf.reduce_sum(tf.exp(x * 0.5) * 2.0 + 1.0 - x)
+
+    def check(n):
+        x = tf.range(n, dtype=tf.float32) / 10.0
+        same_results(f(x), tf.reduce_sum(tf.exp(x * 0.5) * 2.0 + 1.0 - x), rtol=1e-5)
+
+    check(10)
+    key = clustered("Exp").specs[0].key
+    state = SERVICE.cluster_state(key)
+    assert state.compiles == 1                      # the first signature compiles at once
+    check(11)
+    assert state.compiles == 1                      # a new one runs in TF the first time ...
+    check(11)
+    assert state.compiles == 2                      # ... and compiles on its second request
+    for n in range(12, 24):
+        check(n)
+        check(n)
+    assert state.megamorphic                        # > 10 compiles, < 50 runs per compile
+    compiles = state.compiles
+    for _ in range(3):
+        check(99)
+    assert state.compiles == compiles               # megamorphic: stays in TensorFlow
+
+
+def test_strict_compilation_without_lazy(auto_mode):
+    config.set_flags(tfjit_enable_lazy_compilation=False)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def f(x):
+        return tf.reduce_sum(tf.sqrt(x * 0.5 + 2.0) * 3.0 - x)
+    for n in (5, 6, 7):
+        f(tf.ones([n]))
+    assert SERVICE.cluster_state(clustered("Sqrt").specs[0].key).compiles == 3
+
+
+def test_compile_failure_falls_back_with_identical_results(auto_mode, monkeypatch, caplog):
+    from tfjit import pipeline
+    attempts = []
+
+    def broken(*args, **kwargs):
+        attempts.append(args)
+        raise RuntimeError("injected compile failure")
+    monkeypatch.setattr(pipeline, "compile_cluster", broken)
+
+    def fn(x):
+        return tf.reduce_sum(tf.tanh(x * 3.0 + 1.0) - x * x, axis=1)
+    x = tf.constant(np.random.default_rng(2).standard_normal((16, 8), dtype=np.float32))
+    f = tf.function(fn)
+    with caplog.at_level(logging.WARNING, logger="tfjit"):
+        for _ in range(3):
+            assert_matches(f(x).numpy(), fn(x).numpy())
+    assert len(attempts) == 1                       # not retried
+    warnings = [r for r in caplog.records if "injected compile failure" in r.getMessage()]
+    assert len(warnings) == 1                       # warned once
+
+    config.set_flags(tfjit_fallback=False)          # debugging: a compile failure is an error
+    with pytest.raises(tf.errors.InvalidArgumentError, match="injected compile failure"):
+        tf.function(lambda x: tf.reduce_sum(tf.tanh(x * 5.0 + 2.0) - x * x))(x)
+
+
+def test_session_follows_the_config_proto(flags):
+    config.set_flags(tfjit_auto_jit=0, tfjit_cpu_global_jit=True)
+    autojit.activate()
+    autojit.recent.clear()
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16], name="sess_x")
+        y = tf.reduce_sum(tf.nn.softplus(x * 2.0 - 1.0) * 0.5 + 1.0, axis=1, name="sess_y")
+    data = np.random.default_rng(3).standard_normal((6, 16)).astype(np.float32)
+    results = {}
+    for level in (tf.compat.v1.OptimizerOptions.OFF, tf.compat.v1.OptimizerOptions.ON_1):
+        cfg = tf.compat.v1.ConfigProto()
+        cfg.graph_options.optimizer_options.global_jit_level = level
+        before = len(autojit.recent)
+        with tf.compat.v1.Session(graph=g, config=cfg) as sess:
+            meta = tf.compat.v1.RunMetadata()
+            opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            results[level] = sess.run(y, {x: data}, options=opts, run_metadata=meta)
+        names = {n.node_name for d in meta.step_stats.dev_stats for n in d.node_stats}
+        launched = any(n.startswith("tfjit/cluster_") for n in names)
+        assert launched == (level == tf.compat.v1.OptimizerOptions.ON_1), names
+        assert (len(autojit.recent) > before) == launched
+    assert_matches(results[tf.compat.v1.OptimizerOptions.ON_1],
+                   results[tf.compat.v1.OptimizerOptions.OFF])
+
+
+# -- seeing what happened -----------------------------------------------------------------
+
+def test_clustering_dumps(auto_mode, tmp_path, monkeypatch):
+    monkeypatch.setenv("TF_DUMP_GRAPH_PREFIX", str(tmp_path))
+    config.set_flags(tfjit_clustering_debug=True)
+
+    def fn(x):
+        y = tf.nn.relu(x * 2.0 + 1.0) - tf.abs(x)
+        u, _ = tf.unique(tf.cast(y, tf.int32))
+        return tf.reduce_sum(tf.cast(u, tf.float32) * 3.0 + 1.0 - 2.0)
+    x = tf.ones([8])
+    tf.function(fn)(x)
+    tf.function(lambda x: fn(x) * 2.0)(x)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    for stem in ("before_mark_for_compilation", "mark_for_compilation",
+                 "mark_for_compilation_annotated"):
+        assert f"{stem}.pbtxt" in names and f"{stem}_1.pbtxt" in names, names
+    assert "mark_for_compilation.dot" in names
+    text = (tmp_path / "mark_for_compilation_annotated.pbtxt").read_text()
+    assert 'name: "cluster_' in text and 'name: "unclustered/Unique"' in text
+    assert "output shape depends on input values" in text
+    marked = (tmp_path / "mark_for_compilation.pbtxt").read_text()
+    assert "_XlaCluster" in marked
+    from google.protobuf import text_format
+    from tensorflow.core.framework import graph_pb2
+    text_format.Parse(text, graph_pb2.GraphDef())          # loadable (e.g. by TensorBoard)
+    assert "subgraph" in (tmp_path / "mark_for_compilation.dot").read_text()
+
+
+def test_explain_lists_clusters_and_reasons(capsys):
+    import tfjit
+
+    def fn(x):
+        y = tf.nn.relu(x * 2.0 + 1.0) - tf.abs(x) * 0.5
+        u, _ = tf.unique(tf.cast(tf.round(y), tf.int32))
+        return tf.reduce_sum(tf.cast(u, tf.float32) * 2.0 + 1.0), tf.strings.as_string(x)
+    out = tfjit.explain(fn)(tf.ones([5]))
+    printed = capsys.readouterr().out
+    assert len(out.clusters) == 2
+    assert out.clusters[0].op_counts["Mul"] == 2
+    reasons = {op: why for _, op, why in out.left_out}
+    assert "output shape depends on input values" in reasons["Unique"]
+    assert "AsString" in reasons
+    assert "Unique" in printed and "cluster_" in printed
+
+
+def test_clustering_a_10000_node_graph():
+    from tensorflow.core.framework import attr_value_pb2, graph_pb2
+    gd = graph_pb2.GraphDef()
+    f32 = attr_value_pb2.AttrValue(type=tf.float32.as_datatype_enum)
+    gd.node.add(name="x", op="Placeholder").attr["dtype"].CopyFrom(f32)
+    prev = "x"
+    for k in range(10000):
+        op = "Unique" if k % 500 == 499 else ("Exp" if k % 3 else "Neg")
+        nd = gd.node.add(name=f"n{k}", op=op, input=[prev])
+        nd.attr["T"].CopyFrom(f32)
+        if op == "Unique":
+            nd.attr["out_idx"].CopyFrom(attr_value_pb2.AttrValue(type=tf.int32.as_datatype_enum))
+        prev = f"n{k}"
+    start = time.perf_counter()
+    result = auto.cluster_graph(gd, lambda n, i: (tf.float32.as_datatype_enum, None),
+                                auto.Options(fallback=True))
+    seconds = time.perf_counter() - start
+    print(f"clustered a 10,000-node graph in {seconds:.2f} s")
+    assert len(result.specs) == 20
+    Graph(result.graph_def).topological()
+
+
+# -- unmodified programs (subprocesses, through the import hook) ---------------------------
+
+PROGRAM = '''
+import numpy as np, tensorflow as tf, keras
+@tf.function
+def f(x):
+    y = tf.nn.relu(x * 2.0 + 1.0) - tf.abs(x) * 0.5
+    u, _ = tf.unique(tf.reshape(tf.cast(tf.round(y), tf.int32), [-1]))
+    return tf.reduce_sum(y, axis=1), tf.reduce_sum(tf.cast(u, tf.float32) * 3.0 + 1.0)
+x = np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)
+a, b = f(x)
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, activation="tanh"),
+                          keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse", jit_compile=False)
+hist = model.fit(x, x[:, :1] * 2.0, epochs=2, batch_size=8, verbose=0)
+print("RESULT", a.numpy().tolist(), float(b), hist.history["loss"])
+'''
+
+
+def run_program(code_or_path, env_flags, *args, extra_env=None):
+    env = dict(os.environ)
+    env.pop("TFJIT_FLAGS", None)
+    if env_flags:
+        env["TFJIT_FLAGS"] = env_flags
+    env.update(extra_env or {})
+    cmd = [sys.executable, code_or_path, *args] if code_or_path.endswith(".py") else \
+          [sys.executable, "-c", code_or_path]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+
+
+def test_unmodified_program_is_clustered_through_the_import_hook(tmp_path):
+    plain = run_program(PROGRAM, "")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    dumps = tmp_path / "dumps"
+    jit = run_program(PROGRAM, "--tfjit_auto_jit=2 --tfjit_cpu_global_jit --tfjit_clustering_debug",
+                      extra_env={"TF_DUMP_GRAPH_PREFIX": str(dumps)})
+    assert jit.returncode == 0, jit.stderr[-3000:]
+    want_line = plain.stdout.split("RESULT", 1)[1].split()
+    got_line = jit.stdout.split("RESULT", 1)[1].split()
+    want = np.array([float(t.strip("[],")) for t in want_line])
+    have = np.array([float(t.strip("[],")) for t in got_line])
+    np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-5)
+    annotated = [p.name for p in dumps.iterdir() if p.name.startswith("mark_for_compilation_annotated")]
+    assert len(annotated) >= 2, sorted(p.name for p in dumps.iterdir())   # f and Keras's steps
+
+
+def test_unknown_flag_is_an_error_listing_the_valid_ones():
+    bad = run_program("import tensorflow", "--tfjit_auto_jit=2 --tfjit_no_such_flag")
+    assert bad.returncode != 0
+    assert "unknown flag --tfjit_no_such_flag" in bad.stderr
+    assert "--tfjit_cpu_global_jit" in bad.stderr
+
+
+def test_tf1_softmax_regression_trains_the_same_and_shows_clusters_in_the_timeline(tmp_path):
+    script = os.path.join(ROOT, "tools", "softmax_regression.py")
+    plain = run_program(script, "", "--steps", "100")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    trace = tmp_path / "trace.json"
+    jit = run_program(script, "--tfjit_cpu_global_jit", "--steps", "100", "--trace", str(trace))
+    assert jit.returncode == 0, jit.stderr[-3000:]
+    acc_plain, loss_plain = float(plain.stdout.split()[1]), float(plain.stdout.split()[3])
+    acc_jit, loss_jit = float(jit.stdout.split()[1]), float(jit.stdout.split()[3])
+    assert abs(acc_plain - acc_jit) <= 0.005, (plain.stdout, jit.stdout)
+    assert loss_jit == pytest.approx(loss_plain, rel=0.5, abs=1e-3)
+    events = json.loads(trace.read_text())["traceEvents"]
+    launches = {e["args"]["name"] for e in events if e.get("args", {}).get("op") == "TfjitLaunch"}
+    assert launches and all(n.startswith("tfjit/cluster_") for n in launches), launches
