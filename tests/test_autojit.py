@@ -120,6 +120,30 @@ def test_min_and_max_cluster_size():
     assert any("Abs" in s.nodes for s in analyse(fn, tf.ones([4]), min_size=3).specs)
 
 
+def test_a_small_whole_graph_is_clustered_but_single_eager_ops_are_not(auto_mode):
+    x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4))
+    seed = tf.function(lambda x, y, z: tf.reduce_sum(x + y * z))      # 3 ops < min size 4
+    assert_matches(seed(x, x, x).numpy(), np.float32(np.sum(x.numpy() + x.numpy() ** 2)))
+    assert len(autojit.recent) == 1 and len(autojit.recent[0].specs) == 1
+    tf.exp(x)                                   # TF runs it as a one-op function graph
+    assert len(autojit.recent) == 1
+
+
+def test_flags_aliases_and_set_jit(flags):
+    parsed = config.parse_flags("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit "
+                                "--tf_xla_min_cluster_size=7 --tfjit_cluster_exclude_ops=Exp")
+    assert (parsed.tfjit_auto_jit, parsed.tfjit_cpu_global_jit, parsed.tfjit_min_cluster_size,
+            parsed.tfjit_cluster_exclude_ops) == (2, True, 7, "Exp")
+    with pytest.raises(config.FlagError, match="Valid flags: .*--tfjit_auto_jit"):
+        config.parse_flags("--tfjit_autojit=2")
+    config.set_jit("autoclustering")
+    assert config.get_jit() == "autoclustering" and config.flags().tfjit_cpu_global_jit
+    config.set_jit(False)
+    assert config.get_jit() is False and not autojit.wanted(jit_level=1)
+    with pytest.raises(ValueError):
+        config.set_jit("sometimes")
+
+
 def test_allow_list_and_exclusions(flags):
     def fn(x):
         return tf.exp(x * 2.0 + 1.0) * 3.0 - x

@@ -4,7 +4,10 @@
     python tools/bench.py --runs 10 --only seed softmax
 
 For each workload: median wall time of TF graph mode (``tf.function``), TF XLA
-(``tf.function(jit_compile=True)``) and tfjit (``tfjit.function``), speed-up
+(``tf.function(jit_compile=True)``), tfjit (``tfjit.function``), and both
+auto-clustering modes on the unmodified ``tf.function`` (TF's XLA with
+``set_jit("autoclustering")`` and ``--tf_xla_cpu_global_jit``; tfjit's auto
+mode, as ``TFJIT_FLAGS=--tfjit_auto_jit=2 --tfjit_cpu_global_jit``), speed-up
 ratios, and tfjit's achieved memory throughput against the machine's measured
 read bandwidth (a STREAM-like test: every core summing its share of a large
 array).  The machine may be shared and noisy: medians of many runs, nothing
@@ -20,6 +23,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# XLA's auto-clustering covers CPU only with this flag; it changes nothing else here.
+os.environ.setdefault("TF_XLA_FLAGS", "--tf_xla_cpu_global_jit")
 import tensorflow as tf  # noqa: E402
 
 import tfjit  # noqa: E402
@@ -55,6 +60,28 @@ def read_bandwidth_gbs(runs: int = 15) -> float:
     data = tf.constant(np.ones(1 << 26, np.float32))
     read = tfjit.function(lambda x: tf.reduce_sum(x), jit_compile=True)
     return data.shape.num_elements() * 4 / (median_ms(lambda: read(data), runs) / 1e3) / 1e9
+
+
+def auto_clustered(fn, inputs, mode: str):
+    """``tf.function(fn)`` instantiated (at its first call) under an auto-clustering mode:
+    "xla" (TF's) or "tfjit"; the mode is switched off again afterwards, and the
+    function keeps the graph it was instantiated with."""
+    from tfjit.api import autojit
+    f = tf.function(fn)
+    before = autojit.stats["graphs_clustered"]
+    if mode == "xla":
+        tfjit.config.set_flags(tfjit_auto_jit=-1)    # tfjit would follow XLA's jit level too
+        tf.config.optimizer.set_jit("autoclustering")
+    else:
+        tfjit.config.set_jit("autoclustering")
+    try:
+        _block(f(*inputs))
+    finally:
+        tf.config.optimizer.set_jit(False)
+        tfjit.config.set_flags(tfjit_auto_jit=0, tfjit_cpu_global_jit=False)
+    if mode == "tfjit" and autojit.stats["graphs_clustered"] == before:
+        print(f"note: tfjit auto mode found no cluster in {fn.__name__}", file=sys.stderr)
+    return f
 
 
 # -- workloads: (name, function, input shapes, bytes moved per call) --------------------
@@ -106,8 +133,9 @@ def main(argv=None) -> int:
     bw = read_bandwidth_gbs()
     print(f"machine: {os.cpu_count()} cores, measured read bandwidth {bw:.1f} GB/s; "
           f"TF {tf.__version__}; medians of {args.runs} runs\n")
-    print("| workload | TF graph ms | TF XLA ms | tfjit ms | vs TF graph | vs XLA | tfjit GB/s | % of bandwidth |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workload | TF graph ms | TF XLA ms | tfjit ms | vs TF graph | vs XLA | tfjit GB/s "
+          "| % of bandwidth | XLA auto ms | tfjit auto ms | auto vs tfjit | auto vs XLA auto |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for name, title, fn, shapes, tensors_moved in WORKLOADS:
         if args.only and name not in args.only:
@@ -120,10 +148,15 @@ def main(argv=None) -> int:
         t_graph = median_ms(lambda: graph(*inputs), runs)
         t_xla = median_ms(lambda: xla(*inputs), runs)
         t_jit = median_ms(lambda: jit(*inputs), runs)
+        xla_auto = auto_clustered(fn, inputs, "xla")
+        jit_auto = auto_clustered(fn, inputs, "tfjit")
+        t_xla_auto = median_ms(lambda: xla_auto(*inputs), runs)
+        t_auto = median_ms(lambda: jit_auto(*inputs), runs)
         nbytes = tensors_moved * int(np.prod(shapes[0])) * 4
         gbs = nbytes / (t_jit / 1e3) / 1e9
         print(f"| {title} | {t_graph:.3f} | {t_xla:.3f} | {t_jit:.3f} | {t_graph / t_jit:.2f}x | "
-              f"{t_xla / t_jit:.2f}x | {gbs:.1f} | {100 * gbs / bw:.0f}% |", flush=True)
+              f"{t_xla / t_jit:.2f}x | {gbs:.1f} | {100 * gbs / bw:.0f}% | {t_xla_auto:.3f} | "
+              f"{t_auto:.3f} | {t_jit / t_auto:.2f}x | {t_xla_auto / t_auto:.2f}x |", flush=True)
     # compile time of the seed example in a warm process: a fresh function and a shape
     # not seen before, so nothing comes from the compile cache
     x = [tf.constant(rng.standard_normal((4095, 4096), dtype=np.float32)) for _ in range(3)]

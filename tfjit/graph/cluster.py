@@ -111,7 +111,8 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     ``context`` maps a node to a key (device, v1 control-flow frame and
     predicates): nodes with different keys are never merged.  Returns a list of
     node-name lists, each with at least ``min_size`` effective ops
-    (Identity/Const and friends do not count).
+    (Identity/Const and friends do not count), except a cluster of 2 or more
+    that is the whole graph.
 
     A contraction of clusters A and B is refused when a path leaves A and
     reaches B (or the reverse) through a node outside both: the merged cluster
@@ -170,7 +171,12 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             members[keep] |= members.pop(gone)
             last[keep] = max(last[keep], last.pop(gone))
             size[keep] += size.pop(gone)
-    out = [sorted(names, key=pos.get) for root, names in members.items() if size[root] >= min_size]
+    # A cluster holding every node of the graph that computes anything is kept at any
+    # size from 2 ops: it replaces all of TF's ops by one launch, so it can only save
+    # overhead. (Not from 1: TF runs each eager op as a one-op function graph.)
+    whole = len(members) == 1 and all(why is None for why in marks.values())
+    out = [sorted(names, key=pos.get) for root, names in members.items()
+           if size[root] >= min_size or (whole and size[root] >= 2)]
     return sorted(out, key=lambda c: pos[c[0]])
 
 
