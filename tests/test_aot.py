@@ -119,6 +119,7 @@ fetch { id { node_name: "total" } name: "total" }
 fetch { id { node_name: "probs" } name: "probs" }
 fetch { id { node_name: "x" } name: "x_again" }
 fetch { id { node_name: "rows" output_index: 1 } name: "second_row" }
+fetch { id { node_name: "tiny" } name: "tiny" }
 """
 
 
@@ -132,7 +133,8 @@ def _seed_graph(tf):
         tf.reduce_sum(x + y * z, name="total")
         tf.nn.softmax(x * 2.0 - y, name="probs")
         tf.unstack(tf.reshape(tf.exp(y) + z, [-1, 2, 65]), axis=1, name="rows")
-    return g, ["total:0", "probs:0", "x:0", "rows:1"]
+        tf.multiply(z, 4.0, name="tiny")
+    return g, ["total:0", "probs:0", "x:0", "rows:1", "tiny:0"]
 
 
 def test_graph_matches_tf(tf, tmp_path, rng):
@@ -146,15 +148,20 @@ def test_graph_matches_tf(tf, tmp_path, rng):
     inputs = [rng.standard_normal((37, 130)).astype(np.float32) for _ in range(3)]
     inputs[2][0, :4] = [np.inf, -0.0, np.nan, 0.0]   # z: not in the softmax, whose NaN rows
     inputs[2][1, :3] = [-np.inf, -0.0, -0.0]         # tfjit's JIT already differs from oneDNN on
+    inputs[2][2, :3] = [1e-40, -1e-39, 1e-38]        # denormals: TF's threads flush them to zero
     want = _session_run(tf, g, fetches, dict(zip(["x:0", "y:0", "z:0"], inputs)))
     proc = _run(exe, tmp_path, inputs)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[:7] == [
+    assert proc.stdout.splitlines()[:8] == [
         "arg 0 x float32 37 130", "arg 1 y float32 37 130", "arg 2 arg2 float32 37 130",
         "result 0 total float32", "result 1 probs float32 37 130",
-        "result 2 x_again float32 37 130", "result 3 second_row float32 37 65"]
-    for k, (got, exp) in enumerate(zip(_results(tmp_path, want), want)):
-        assert_matches(got, exp, what=f"result {k}", rtol=1e-4 if k == 0 else None)
+        "result 2 x_again float32 37 130", "result 3 second_row float32 37 65",
+        "result 4 tiny float32 37 130"]
+    got = _results(tmp_path, want)
+    for k, (g_k, exp) in enumerate(zip(got, want)):
+        assert_matches(g_k, exp, what=f"result {k}", rtol=1e-4 if k == 0 else None)
+    assert (want[4][2, :3] == 0).all()                # the driver sets FTZ/DAZ as TF does:
+    assert np.array_equal(got[4][2].view(np.uint32), want[4][2].view(np.uint32))   # bit-exact
 
 
 TYPED = r"""
