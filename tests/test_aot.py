@@ -144,6 +144,9 @@ def test_graph_matches_tf(tf, tmp_path, rng):
     assert _aot(["--graph", pb, "--config", cfg, "--cpp_class", "demo::models::Seed",
                  "--out_prefix", prefix]) == 0
     _assert_only_libc_libm(f"{prefix}.o")
+    # position-independent: the linker refuses absolute relocations in a shared library
+    subprocess.run(["g++", "-shared", f"{prefix}.o", "-o", str(tmp_path / "libseed.so")],
+                   check=True, capture_output=True)
     exe = _build(tmp_path, prefix, "demo::models::Seed")
     inputs = [rng.standard_normal((37, 130)).astype(np.float32) for _ in range(3)]
     inputs[2][0, :4] = [np.inf, -0.0, np.nan, 0.0]   # z: not in the softmax, whose NaN rows
