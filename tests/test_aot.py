@@ -347,6 +347,8 @@ ERROR_CASES = [
     ('feed { id { node_name: "x" } shape { dim { size: 2 } } name: "not valid" }\nfetch { id { node_name: "y" } }',
      "plain", ["not a valid C identifier"]),
     ('feed { id { node_name: "x" } shape { dim { size: 2 } }\nfetch {', "plain", ["g.config.pbtxt", "neither"]),
+    ('feed { id { node_name: "x" } shape { dim { size: 2 } } name: "shape" }\nfetch { id { node_name: "y" } }',
+     "plain", ["feed 'x:0'", "'shape' is reserved"]),
     ('feed { id { node_name: "x" } shape { dim { size: 2 } } }\nfetch { id { node_name: "y" output_index: 1 } }',
      "plain", ["fetch 'y:1'", "1 output(s)"]),
 ]
@@ -374,6 +376,20 @@ def test_usage_and_saved_model_errors(tf, tmp_path, capsys):
     err = _error(tmp_path, capsys, ["saved_model", "--dir", tmp_path / "missing", "--cpp_class", "M",
                                     "--output_prefix", tmp_path / "m"])
     assert "does not exist" in err
+
+    class Dynamic(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 6], tf.float32, name="batch")])
+        def serve(self, batch):
+            return {"y": batch * 2.0}
+
+    model_dir = str(tmp_path / "dynamic")
+    module = Dynamic()
+    tf.saved_model.save(module, model_dir, signatures={"serving_default": module.serve})
+    base = ["saved_model", "--dir", model_dir, "--cpp_class", "M", "--output_prefix", tmp_path / "m"]
+    err = _error(tmp_path, capsys, base)
+    assert "signature input 'batch'" in err and "not fully known" in err, err
+    err = _error(tmp_path, capsys, base + ["--signature_def_key", "predict"])
+    assert "no signature 'predict'" in err and "serving_default" in err, err
     g = tf.Graph()
     with g.as_default():
         tf.identity(tf.compat.v1.placeholder(tf.float32, [2], name="x"), name="y")

@@ -16,7 +16,6 @@ error names the feed or fetch it is about.
 from __future__ import annotations
 
 import dataclasses
-import keyword
 import re
 
 from tfjit import dtypes as dt
@@ -47,14 +46,17 @@ class Spec:
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The header's class has static arg_name(i), arg_type(i), ... and arg_data(i): a feed
+# or fetch with one of these names would give an accessor that collides with them.
+RESERVED = frozenset({"name", "type", "size", "rank", "shape", "data"})
 
 
 def c_identifier(text: str) -> str:
     """``text`` made into a C identifier (for names taken from SavedModel signatures)."""
     out = re.sub(r"[^A-Za-z0-9_]", "_", text) or "_"
-    if out[0].isdigit() or keyword.iskeyword(out):
+    if out[0].isdigit():
         out = "_" + out
-    return out
+    return out + "_" if out in RESERVED else out
 
 
 def _dtype(enum: int, what: str) -> dt.DType | None:
@@ -99,8 +101,11 @@ def from_proto(config) -> Spec:
                 raise AotError(f"{kind} {k} ({item.id.node_name}): negative output_index")
             what = f"{kind} '{item.id.node_name}:{item.id.output_index}'"
             name = item.name or f"{prefix}{k}"
-            if not _IDENT.match(name) or keyword.iskeyword(name):
+            if not _IDENT.match(name):   # accessors are arg_<name>: C keywords are fine
                 raise AotError(f"{what}: name {name!r} is not a valid C identifier")
+            if name in RESERVED:
+                raise AotError(f"{what}: name {name!r} is reserved (the generated class has "
+                               f"{prefix}_{name}(i)); choose another")
             if (kind, name) in used:
                 raise AotError(f"{what}: name {name!r} is also used by {used[(kind, name)]}")
             used[(kind, name)] = what
