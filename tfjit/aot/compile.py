@@ -79,6 +79,8 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
         m = lower_cluster(Graph.from_bytes(cluster.graph_def), cluster.signature, prefix)
     except LoweringError as e:
         raise AotError(f"cannot compile {e.op} ({e.reason}) {{{{node {e.node}}}}}") from None
+    # The same steps as pipeline.compile_module (kept in step with it by hand: that
+    # function also builds the JIT's executable, which an AOT object must not need).
     for p in pipeline.PASSES:
         p.run(m)
     fusions = fusion.fuse(m)
