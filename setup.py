@@ -50,5 +50,6 @@ setup(
                       "tensorflow>=2.16; platform_machine!='x86_64'",
                       "numpy", "llvmlite>=0.45", "protobuf"],
     extras_require={"test": ["pytest"]},
-    entry_points={"console_scripts": ["tfjit-run-module=tfjit.api.run_module:main"]},
+    entry_points={"console_scripts": ["tfjit-run-module=tfjit.api.run_module:main",
+                                      "tfjit-aot=tfjit.aot.cli:main"]},
 )
