@@ -123,3 +123,9 @@ def cache_root() -> str:
     """Where built artefacts (the launch op library) are cached."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tfjit")
+
+
+def tf_dump_graph_prefix() -> str:
+    """``TF_DUMP_GRAPH_PREFIX``: where TF (and ``--tfjit_clustering_debug``) dump graphs;
+    "" when unset."""
+    return os.environ.get("TF_DUMP_GRAPH_PREFIX", "")
