@@ -126,6 +126,5 @@ def cache_root() -> str:
 
 
 def tf_dump_graph_prefix() -> str:
-    """``TF_DUMP_GRAPH_PREFIX``: where TF (and ``--tfjit_clustering_debug``) dump graphs;
-    "" when unset."""
+    """TensorFlow's ``TF_DUMP_GRAPH_PREFIX``: where graph dumps go (clustering debug)."""
     return os.environ.get("TF_DUMP_GRAPH_PREFIX", "")
