@@ -115,8 +115,8 @@ def readme(directory: str) -> str:
     clustering = _listing(os.path.join(directory, "clustering"))
     lines += ["## Clustering dumps", ""]
     if clustering:
-        lines += ["The graphs before and after tfjit's marking and clustering passes (GraphDef text,",
-                  "loadable in TensorBoard):", ""]
+        lines += ["The graphs before and after tfjit's marking and clustering passes (`.pbtxt`:",
+                  "GraphDef text, loadable in TensorBoard; `.dot`/`.svg`: the clusters drawn):", ""]
         lines += [f"- `clustering/{n}`" for n in clustering]
     else:
         lines.append("None were written (`clustering/` is empty).")
