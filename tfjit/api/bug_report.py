@@ -103,14 +103,14 @@ def readme(directory: str) -> str:
         lines += ["No module was compiled.", ""]
     for prefix in modules:
         files = [n for n in _listing(os.path.join(directory, "modules")) if n.startswith(prefix + ".")]
-        before = shlex.quote(f"modules/{prefix}{BEFORE}")
-        lines += [f"### {prefix}", "", "Files: " + ", ".join(f"`{n}`" for n in files), "", "```",
-                  f"python3 -m tfjit.api.run_module {before} --iterations 5                  # vs the IR interpreter",
-                  f"python3 -m tfjit.api.run_module {before} --iterations 5 --use_large_float_range"]
+        run = f"python3 -m tfjit.api.run_module {shlex.quote(f'modules/{prefix}{BEFORE}')} --iterations 5"
+        lines += [f"### {prefix}", "", "Files: " + ", ".join(f"`{n}`" for n in files), "",
+                  "Against the IR interpreter (normal floats, then many magnitudes with Inf/NaN):",
+                  "", "```", run, run + " --use_large_float_range", "```", ""]
         if f"{prefix}.cluster.pbtxt" in files:
-            lines.append(f"python3 -m tfjit.api.run_module {before} --iterations 5 --reference=tf   # vs TensorFlow")
-        lines += ["```", ""]
-        if f"{prefix}.cluster.pbtxt" not in files:
+            lines += ["Against TensorFlow running the cluster graph:", "", "```",
+                      run + " --reference=tf", "```", ""]
+        else:
             lines += ["(No TF cluster was recorded for this module, so it cannot be compared with TF.)", ""]
     clustering = _listing(os.path.join(directory, "clustering"))
     lines += ["## Clustering dumps", ""]
