@@ -12,6 +12,7 @@ Each stage consumes only what the previous one produced.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 
 from tfjit import dtypes as dt
@@ -40,34 +41,46 @@ class Compiled:
     code: llvm_cpu.MachineCode
     executable: object          # runtime.launch.Executable
     seconds: float
+    cluster_def: bytes = b""    # the TF cluster it was lowered from (empty for a parsed module)
 
     @property
     def num_kernels(self) -> int:
         return len(self.fusions)
 
 
-def compile_cluster(cluster_def: bytes, signature: list, name: str) -> Compiled:
+def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=None) -> Compiled:
     """Compiles one cluster for one input signature [(DType, shape)]."""
     start = time.perf_counter()
     m = lower_cluster(Graph.from_bytes(cluster_def), signature, name)
-    compiled = compile_module(m, name)
+    compiled = compile_module(m, name, after_pass)
     compiled.signature = signature
+    compiled.cluster_def = cluster_def
     compiled.seconds = time.perf_counter() - start
     return compiled
 
 
-def compile_module(m: Module, name: str) -> Compiled:
+def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     """Passes, fusion, buffers, codegen and executable for a lowered (or parsed) module.
 
     ``m`` is changed in place; its parameters are the executable's inputs.
+    ``after_pass(seq, pass_name, module, result)``, when given, sees the module after
+    every pass (``result``: changed-or-not, the fusions, the buffer plan); the debug
+    dumps (api/dump.py, --tfjit_dump_pass_re) hook in here.
     """
     start = time.perf_counter()
     signature = [(p.dtype, p.shape) for p in m.params]
     before = text.module_str(m)
+    seq = itertools.count()
+
+    def done(pass_name: str, result):
+        if after_pass is not None:
+            after_pass(next(seq), pass_name, m, result)
+        return result
+
     for p in PASSES:
-        p.run(m)
-    fusions = fusion.fuse(m)
-    plan = buffers.assign(m, fusions)
+        done(p.name, p.run(m))
+    fusions = done("fusion", fusion.fuse(m))
+    plan = done("buffer-assignment", buffers.assign(m, fusions))
     llmod, steps = llvm_cpu.emit_module(name, fusions, plan)
     code = llvm_cpu.compile_module(llmod, [s for s, _, _ in steps])
     executable = launch.make_executable(

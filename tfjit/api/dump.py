@@ -9,6 +9,15 @@ cluster writes, in compile order (NNNN is a process-wide counter)::
     module_NNNN.<name>.ir-no-opt.ll               LLVM IR as emitted
     module_NNNN.<name>.ir-with-opt.ll             LLVM IR after O3
     module_NNNN.<name>.s                          host assembly
+    module_NNNN.<name>.cluster.pbtxt              the TF cluster it came from, self-contained
+                                                  (tfjit-run-module --reference=tf runs it)
+
+and, with ``--tfjit_dump_ir_as_dot``, ``module_NNNN.<name>.after_optimizations.dot``;
+with ``--tfjit_dump_pass_re=REGEX``, ``module_NNNN.<name>.<seq>.<pass>.txt`` for every
+pass whose name the regex matches anywhere (``re.search``; passes: cse, dce, fusion,
+buffer-assignment, see pipeline.compile_module), the IR after that pass plus the
+kernels or the buffer plan it produced.  ``--tfjit_bug_report=DIR`` dumps the same
+into ``DIR/modules`` and keeps ``DIR/README.md`` current (api/bug_report.py).
 
 Dumping is a debugging aid: a failure here is logged and never fails a compile.
 """
@@ -40,8 +49,13 @@ def safe_name(name: str) -> str:
 def kernels_section(compiled) -> str:
     """The kernels of ``compiled`` as an IR comment block: name, kind, roots and the
     fusion decisions with their reasons."""
-    lines = [f"// {len(compiled.fusions)} kernel(s)"]
-    for f in compiled.fusions:
+    return fusions_section(compiled.fusions)
+
+
+def fusions_section(fusions: list) -> str:
+    """``kernels_section`` of a list of ``fusion.Fusion``."""
+    lines = [f"// {len(fusions)} kernel(s)"]
+    for f in fusions:
         roots = ", ".join(repr(r) for r in f.roots)
         lines.append(f"// kernel {f.name}: kind={f.kind} roots=({roots}) "
                      f"instrs={len(f.instrs)} shape={list(f.shape)}")
@@ -52,25 +66,49 @@ def kernels_section(compiled) -> str:
 def files_for(compiled) -> dict:
     """{suffix: text} of everything dumped for one compiled cluster."""
     code = compiled.code
-    return {
+    files = {
         "before_optimizations.txt": compiled.module_before,
         "after_optimizations.txt": compiled.module_after + "\n" + kernels_section(compiled),
         "ir-no-opt.ll": code.llvm_ir,
         "ir-with-opt.ll": code.optimized_ir,
         "s": code.asm(),
     }
+    if config.flags().tfjit_dump_ir_as_dot:
+        files["after_optimizations.dot"] = ir_dot(compiled)
+    if getattr(compiled, "cluster_def", b""):
+        files[CLUSTER_SUFFIX] = cluster_pbtxt(compiled)
+    return files
 
 
-def dump_compiled(compiled, directory: str, name: str | None = None) -> list:
+CLUSTER_SUFFIX = "cluster.pbtxt"
+
+
+def cluster_pbtxt(compiled) -> str:
+    """The cluster's GraphDef as text, headed by comments (``#``, which the text format
+    skips) giving the signature it was compiled for."""
+    from google.protobuf import text_format
+    from tensorflow.core.framework import graph_pb2
+    gd = graph_pb2.GraphDef()
+    gd.ParseFromString(compiled.cluster_def)
+    sig = ", ".join(f"{d.name}[{','.join(str(x) for x in s)}]" for d, s in compiled.signature)
+    header = (f"# tfjit cluster {safe_name(compiled.name)}: placeholders _arg_<k> are the module's "
+              f"parameters p<k>, identities _retval_<j> its ROOT values, in order\n"
+              f"# signature: ({sig})\n")
+    return header + text_format.MessageToString(gd)
+
+
+def dump_compiled(compiled, directory: str, name: str | None = None, extra=(),
+                  number: int | None = None) -> list:
     """Writes the dump files of one compiled cluster into ``directory`` (created if
-    missing); returns the paths written."""
+    missing); returns the paths written.  ``extra``: more (suffix, text) pairs (the
+    pass dumps); ``number``: the NNNN to use (default: the next of the process)."""
     os.makedirs(directory, exist_ok=True)
-    with _counter_lock:
-        number = next(_counter)
+    if number is None:
+        number = next_number()
     prefix = f"module_{number:04d}.{safe_name(compiled.name if name is None else name)}"
     root = os.path.realpath(directory)
     paths = []
-    for suffix, content in files_for(compiled).items():
+    for suffix, content in list(files_for(compiled).items()) + list(extra):
         path = os.path.join(root, f"{prefix}.{suffix}")
         if os.path.dirname(os.path.realpath(path)) != root:   # belt and braces over safe_name
             raise ValueError(f"dump path {path!r} escapes {root!r}")
@@ -80,16 +118,126 @@ def dump_compiled(compiled, directory: str, name: str | None = None) -> list:
     return paths
 
 
-def maybe_dump(compiled) -> None:
-    """Dumps ``compiled`` if a dump directory is set; logs (never raises) on failure."""
-    directory = config.flags().tfjit_dump_to
-    if not directory:
+def next_number() -> int:
+    with _counter_lock:
+        return next(_counter)
+
+
+def dump_dirs() -> list:
+    """Where compiled modules are dumped: ``--tfjit_dump_to`` and the bug report's
+    ``modules`` folder (both, with one NNNN, when both are set)."""
+    f = config.flags()
+    dirs = [f.tfjit_dump_to] if f.tfjit_dump_to else []
+    if f.tfjit_bug_report:
+        dirs.append(os.path.join(f.tfjit_bug_report, "modules"))
+    return dirs
+
+
+def maybe_dump(compiled, passes=None) -> None:
+    """Dumps ``compiled`` (and the pass dumps ``passes``, a PassRecorder, recorded while
+    compiling it) if dumping is on; logs (never raises) on failure."""
+    dirs = dump_dirs()
+    if not dirs:
         return
+    number = next_number()
+    extra = passes.files if passes is not None else ()
+    for directory in dirs:
+        try:
+            dump_compiled(compiled, directory, extra=extra, number=number)
+        except Exception as e:   # a broken dump must never break compilation
+            log.warning("tfjit: could not dump %s to %s: %s", getattr(compiled, "name", "?"),
+                        directory, e)
+    if config.flags().tfjit_bug_report:
+        from tfjit.api import bug_report
+        try:
+            bug_report.write_readme(config.flags().tfjit_bug_report)
+        except Exception as e:
+            log.warning("tfjit: could not write the bug report README: %s", e)
+
+
+def clustering_dump_dir() -> str | None:
+    """Where the clustering dumps (graphs before/after marking and clustering) go:
+    ``DIR/clustering`` with ``--tfjit_bug_report=DIR``, else the directory of
+    ``TF_DUMP_GRAPH_PREFIX`` with ``--tfjit_clustering_debug``, else None (no dumps)."""
+    f = config.flags()
+    if f.tfjit_bug_report:
+        return os.path.join(f.tfjit_bug_report, "clustering")
+    if f.tfjit_clustering_debug and config.tf_dump_graph_prefix():
+        return config.tf_dump_graph_prefix()
+    return None
+
+
+# -- per-pass dumps (--tfjit_dump_pass_re) ---------------------------------------------------
+
+class PassRecorder:
+    """``after_pass`` hook for pipeline.compile_module: keeps the text of the module after
+    every pass whose name ``pattern`` matches, as (suffix, text) dump files."""
+
+    def __init__(self, pattern: re.Pattern):
+        self.pattern = pattern
+        self.files: list = []
+
+    def __call__(self, seq: int, pass_name: str, m, result) -> None:
+        if not self.pattern.search(pass_name):
+            return
+        try:
+            self.files.append((f"{seq:04d}.{safe_name(pass_name)}.txt",
+                               pass_text(pass_name, m, result)))
+        except Exception as e:   # as every dump: never break compilation
+            log.warning("tfjit: could not record the IR after pass %s: %s", pass_name, e)
+
+
+def pass_hook() -> PassRecorder | None:
+    """A PassRecorder when dumping is on and ``--tfjit_dump_pass_re`` is set, else None.
+    An invalid regex is logged and dumps no pass."""
+    pattern = config.flags().tfjit_dump_pass_re
+    if not pattern or not dump_dirs():
+        return None
     try:
-        dump_compiled(compiled, directory)
-    except Exception as e:   # a broken dump must never break compilation
-        log.warning("tfjit: could not dump %s to %s: %s", getattr(compiled, "name", "?"),
-                    directory, e)
+        return PassRecorder(re.compile(pattern))
+    except re.error as e:
+        log.warning("tfjit: --tfjit_dump_pass_re=%r is not a valid regex (%s); no pass dumps",
+                    pattern, e)
+        return None
+
+
+def pass_text(pass_name: str, m, result) -> str:
+    """The module after a pass, with what the pass produced: the kernels (fusion), the
+    buffer plan (buffer assignment) or whether it changed the module (simplify passes)."""
+    from tfjit.ir.text import module_str
+    from tfjit.passes.buffers import BufferPlan
+    body = module_str(m) + "\n"
+    if isinstance(result, BufferPlan):
+        return body + plan_section(m, result)
+    if isinstance(result, list):
+        return body + fusions_section(result)
+    return f"// after pass {pass_name}: {'changed' if result else 'unchanged'}\n" + body
+
+
+def plan_section(m, plan) -> str:
+    """The buffer plan as an IR comment block: what every launch-op slot holds."""
+    from tfjit.ir.text import shape_str
+    held: dict = {}
+    for instr, slots in plan.slots.items():
+        for k in slots:
+            held.setdefault(k, []).append(instr)
+    lines = [f"// buffer plan: {plan.num_inputs} input(s), {plan.num_outputs} output(s), "
+             f"{len(plan.temp_bytes)} temp(s), status in slot {plan.status_slot}"]
+    for k in range(plan.status_slot):
+        if k < plan.num_inputs:
+            what = f"input {k}"
+        elif k < plan.num_inputs + plan.num_outputs:
+            what = f"output {k - plan.num_inputs}"
+        else:
+            what = f"temp, {plan.temp_bytes[k - plan.num_inputs - plan.num_outputs]} bytes"
+        values = ", ".join(f"{i!r} {shape_str(i)}" for i in held.get(k, []))
+        lines.append(f"// slot {k}: {what}" + (f" <- {values}" if values else ""))
+    for f, k in plan.scratch.items():
+        lines.append(f"// {f.name}: partial results in slot {k}")
+    for o, src in enumerate(plan.output_source):
+        if src >= 0:
+            lines.append(f"// output {o} is input {src} (no kernel writes it)")
+    return "\n".join(lines) + "\n"
 
 
 # -- graphviz ---------------------------------------------------------------------------

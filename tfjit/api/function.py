@@ -164,16 +164,29 @@ class Function:
         if self.jit_compile is not True:
             raise ValueError("Compiler IR can only be returned for functions marked with "
                              f"'jit_compile=True' ({self.name} has jit_compile={self.jit_compile})")
+        return functools.partial(_compiler_ir, self._compiled_for(args, kwargs,
+                                                                  "experimental_get_compiler_ir"))
+
+    def lower(self, *args, **kwargs):
+        """JAX's and TF's staged API: ``f.lower(*args).compile()``, with ``as_text()`` at
+        both stages and ``cost_analysis()`` (see api/stages.py).  Arguments as for
+        experimental_get_compiler_ir: tensors, or TensorSpecs (compiled, not run)."""
+        from tfjit.api.stages import Lowered
+        if self.jit_compile is not True:
+            raise ValueError("lower() is for functions marked with 'jit_compile=True' "
+                             f"({self.name} has jit_compile={self.jit_compile})")
+        return Lowered(self, self._compiled_for(args, kwargs, "lower"))
+
+    def _compiled_for(self, args, kwargs, caller: str):
+        """The ``pipeline.Compiled`` for arguments that are all tensors or all TensorSpecs."""
         flat = tf.nest.flatten((args, kwargs))
         specs = [x for x in flat if isinstance(x, tf.TensorSpec)]
         if specs and any(_is_tensor(x) for x in flat):
-            raise ValueError("experimental_get_compiler_ir: all arguments must be TensorSpecs "
+            raise ValueError(f"{caller}: all arguments must be TensorSpecs "
                              "or all must be tensors")
         if specs:
-            compiled = self._compile_for_specs(flat, args, kwargs)
-        else:
-            compiled = self.compiled(*args, **kwargs)
-        return functools.partial(_compiler_ir, compiled)
+            return self._compile_for_specs(flat, args, kwargs)
+        return self.compiled(*args, **kwargs)
 
     def _compile_for_specs(self, flat, args, kwargs):
         for s in flat:

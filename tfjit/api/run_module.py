@@ -4,7 +4,9 @@
 
 Reads a module in the IR's text form (``tfjit.ir.text``), compiles it with the
 same pipeline as a TF cluster, runs it on random inputs in this process
-(``runtime.host``) and compares every output with the numpy interpreter.
+(``runtime.host``) and compares every output with the numpy interpreter, or
+with ``--reference=tf`` with TensorFlow running the cluster graph the dump
+wrote next to the module (``module_NNNN.<name>.cluster.pbtxt``; api/tf_reference.py).
 Exit status: 0 all runs agree, 1 some run miscompared, 2 bad usage or input.
 """
 from __future__ import annotations
@@ -80,33 +82,41 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--use_large_float_range", action="store_true")
-    ap.add_argument("--reference", default="interp", choices=["interp", "tf"])
+    ap.add_argument("--reference", default="interp", choices=["interp", "tf"],
+                    help="interp: tfjit's IR interpreter; tf: TensorFlow running the cluster graph")
+    ap.add_argument("--tf_graph", default=None,
+                    help="with --reference=tf: the cluster GraphDef (default: the dump's "
+                         "module_NNNN.<name>.cluster.pbtxt next to PATH)")
     ap.add_argument("--abs_error_bound", type=float, default=None,
                     help="default per dtype: " + str(DEFAULT_BOUNDS))
     ap.add_argument("--rel_error_bound", type=float, default=None)
     ap.add_argument("--print_literals", action="store_true")
     args = ap.parse_args(argv)
-    if args.reference != "interp":
-        print(f"--reference={args.reference} is not supported yet")
-        return 2
     from tfjit.pipeline import compile_module      # the compiler loads only for a real run
     from tfjit.runtime.host import run_compiled
     try:
         with open(args.path) as f:
             text = f.read()
         reference = parse_module(text)
+        if args.reference == "tf":
+            from tfjit.api.tf_reference import TFReference, cluster_graph_path
+            tf_ref = TFReference(args.tf_graph or cluster_graph_path(args.path), reference)
+            evaluate = tf_ref
+        else:
+            evaluate = lambda inputs: interp.evaluate(reference, inputs)
         compiled = compile_module(parse_module(text), reference.name)
     except (OSError, IRError) as e:
         print(f"error: {e}")
         return 2
     print(f"module {reference.name}: {len(reference.params)} parameters, "
-          f"{len(reference.outputs)} outputs, {compiled.num_kernels} kernels")
+          f"{len(reference.outputs)} outputs, {compiled.num_kernels} kernels; "
+          f"reference: {'TensorFlow' if args.reference == 'tf' else 'IR interpreter'}")
     rng = np.random.default_rng(args.seed)
     failures = 0
     for it in range(args.iterations):
         inputs = [random_input(rng, p.dtype, p.shape, args.use_large_float_range)
                   for p in reference.params]
-        want, want_err = _run(lambda: interp.evaluate(reference, inputs))
+        want, want_err = _run(lambda: evaluate(inputs))
         got, got_err = _run(lambda: run_compiled(compiled, inputs))
         problems = []
         if want_err or got_err:

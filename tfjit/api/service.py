@@ -72,11 +72,13 @@ class CompileService:
             if hit is not None:
                 self._compiled.move_to_end(entry)
                 return hit
-            compiled = pipeline.compile_cluster(self._defs[key], list(signature), name)
+            passes = dump.pass_hook()      # None unless --tfjit_dump_pass_re asks for it
+            compiled = pipeline.compile_cluster(self._defs[key], list(signature), name,
+                                                after_pass=passes)
             self._compiled[entry] = compiled
             self.latest[key] = compiled
             self.compile_counts[key] += 1
-            dump.maybe_dump(compiled)
+            dump.maybe_dump(compiled, passes)
             while len(self._compiled) > max(config.flags().tfjit_compile_cache_size, 1):
                 # Only the introspection record goes: the runtime keeps every executable it
                 # has handed to the launch op alive, since kernels may still be running it.

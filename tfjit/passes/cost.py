@@ -1,0 +1,107 @@
+"""Cost analysis of a compiled module: flops, transcendentals and bytes per kernel.
+
+An analysis, not a transformation: it reads the kernels (``fusion.fuse``) and
+the buffer plan (``buffers.assign``) and changes nothing.  Counting follows
+XLA's HloCostAnalysis so numbers compare with ``jax...compile().cost_analysis()``:
+
+* flops: one per result element of every elementwise op a kernel evaluates
+  (arithmetic, comparisons, select, convert), except the transcendental ones
+  below; a reduction costs one per combined element (operand elements minus
+  result elements); data movement (broadcast, reshape, transpose, slice, pad,
+  concatenate), parameters, constants and iota cost nothing.
+* transcendentals: one per result element of exp, log, tanh, erf, pow, sqrt ...
+  (``TRANSCENDENTAL``), counted apart as XLA does.
+* bytes: a kernel reads every buffer it reads (parameters, other kernels'
+  results) once in full and writes each of its roots to every slot the plan
+  gives it; a split reduction also writes and re-reads its partial results.
+  Outputs that are plain inputs cost nothing (no kernel runs for them).
+
+A kernel evaluates its own instructions plus the cheap ones (``fusion.is_cheap``:
+converts/movement of parameters) it recomputes from the source; those count
+once per kernel that recomputes them, since each does that work again.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tfjit.ir.ops import Kind, Op
+from tfjit.passes import fusion as fusion_mod
+
+TRANSCENDENTAL = frozenset({
+    Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
+    Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.SQRT, Op.RSQRT,
+})
+
+
+@dataclasses.dataclass
+class KernelCost:
+    name: str
+    kind: str
+    flops: int
+    transcendentals: int
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def bytes_accessed(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "flops": self.flops,
+                "transcendentals": self.transcendentals, "bytes accessed": self.bytes_accessed,
+                "bytes read": self.bytes_read, "bytes written": self.bytes_written}
+
+
+def evaluated(f) -> list:
+    """The instructions kernel ``f`` computes: its own plus the cheap ones it recomputes."""
+    inside = set(f.instrs)
+    out, stack, seen = list(f.instrs), list(f.instrs), set(f.instrs)
+    while stack:
+        for o in stack.pop().operands:
+            if o in seen:
+                continue
+            seen.add(o)
+            if o not in inside and o.op is not Op.PARAMETER and fusion_mod.is_cheap(o):
+                out.append(o)
+                stack.append(o)
+    return out
+
+
+def instr_cost(i) -> tuple:
+    """(flops, transcendentals) of evaluating ``i`` over its whole result."""
+    if i.op.kind is Kind.ELEMENTWISE:
+        return (0, i.size) if i.op in TRANSCENDENTAL else (i.size, 0)
+    if i.op.kind is Kind.REDUCE:
+        return max(i.operands[0].size - i.size, 0), 0
+    return 0, 0
+
+
+def _nbytes(i) -> int:
+    return i.size * i.dtype.itemsize
+
+
+def kernel_cost(f, plan) -> KernelCost:
+    flops = transcendentals = 0
+    for i in evaluated(f):
+        a, b = instr_cost(i)
+        flops, transcendentals = flops + a, transcendentals + b
+    read = sum(_nbytes(b) for b in fusion_mod.reads(f))
+    written = sum(_nbytes(r) * len(plan.slots.get(r, [None])) for r in f.roots)
+    if f in plan.scratch:        # partials: written by phase 1, read back by phase 2
+        partials = sum(r.size * f.split * r.dtype.itemsize for r in f.roots)
+        read, written = read + partials, written + partials
+    return KernelCost(f.name, f.kind, flops, transcendentals, read, written)
+
+
+def analyze(fusions: list, plan) -> dict:
+    """XLA-style totals plus one entry per kernel, in execution order::
+
+        {"flops": ..., "transcendentals": ..., "bytes accessed": ...,
+         "kernels": [{"name", "kind", "flops", "transcendentals",
+                      "bytes accessed", "bytes read", "bytes written"}, ...]}
+    """
+    kernels = [kernel_cost(f, plan) for f in fusions]
+    return {"flops": sum(k.flops for k in kernels),
+            "transcendentals": sum(k.transcendentals for k in kernels),
+            "bytes accessed": sum(k.bytes_accessed for k in kernels),
+            "kernels": [k.as_dict() for k in kernels]}
