@@ -156,15 +156,11 @@ def maybe_dump(compiled, passes=None) -> None:
 
 
 def clustering_dump_dir() -> str | None:
-    """Where the clustering dumps (graphs before/after marking and clustering) go:
-    ``DIR/clustering`` with ``--tfjit_bug_report=DIR``, else the directory of
-    ``TF_DUMP_GRAPH_PREFIX`` with ``--tfjit_clustering_debug``, else None (no dumps)."""
-    f = config.flags()
-    if f.tfjit_bug_report:
-        return os.path.join(f.tfjit_bug_report, "clustering")
-    if f.tfjit_clustering_debug and config.tf_dump_graph_prefix():
-        return config.tf_dump_graph_prefix()
-    return None
+    """Where the clustering dumps go (decided once, in graph/debug.py): ``DIR/clustering``
+    with ``--tfjit_bug_report=DIR``, else ``TF_DUMP_GRAPH_PREFIX`` with
+    ``--tfjit_clustering_debug``, else None (no dumps)."""
+    from tfjit.graph import debug
+    return debug.dump_dir()
 
 
 # -- per-pass dumps (--tfjit_dump_pass_re) ---------------------------------------------------
