@@ -112,6 +112,7 @@ class DiskCache:
         except ValueError as e:
             self.reject(key, str(e))
             return None
+        log.debug("tfjit: persistent cache: hit %s", path)
         self._count("hits")
         return payload
 
@@ -135,6 +136,7 @@ class DiskCache:
                 f.write(pack(key, payload))
             os.replace(tmp, self.path(key))
             tmp = None
+            log.debug("tfjit: persistent cache: wrote %s", self.path(key))
             self._count("writes")
         except OSError as e:
             log.warning("tfjit: persistent cache: cannot write to %s (%s)", self.directory, e)
