@@ -16,7 +16,7 @@ import itertools
 import time
 
 from tfjit import dtypes as dt
-from tfjit.codegen import llvm_cpu
+from tfjit.codegen import llvm_cpu, objcache
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.graph.graphdef import Graph
 from tfjit.ir import text
@@ -82,7 +82,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     fusions = done("fusion", fusion.fuse(m))
     plan = done("buffer-assignment", buffers.assign(m, fusions))
     llmod, steps = llvm_cpu.emit_module(name, fusions, plan)
-    code = llvm_cpu.compile_module(llmod, [s for s, _, _ in steps])
+    code = objcache.compile_module(llmod, [s for s, _, _ in steps])   # persistent cache
     executable = launch.make_executable(
         input_dtypes=[d.tf_enum for d, _ in signature],
         output_dtypes=[o.dtype.tf_enum for o in m.outputs],

@@ -85,6 +85,12 @@ class CompileService:
                 self._compiled.popitem(last=False)
             return compiled
 
+    def forget_compiled(self) -> None:
+        """Empties the in-memory cache so the next ``get`` compiles again (through the
+        persistent cache, when one is on); executables already handed out stay alive."""
+        with self._lock:
+            self._compiled.clear()
+
     def on_miss(self, cluster: str, cluster_def: bytes, signature: list, *, executions: int = 0,
                 can_fall_back: bool = False):
         """Runtime callback: signature is [(dtype_enum, dims)] from the launch op."""

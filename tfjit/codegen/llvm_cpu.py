@@ -45,6 +45,13 @@ def _features() -> str:
     return features + ",-prefer-256-bit" if "+avx512f" in features else features
 
 
+def cpu_fingerprint() -> str:
+    """What the machine code depends on besides its IR: target triple, host CPU name and the
+    features it was compiled for.  Part of the persistent cache key (``objcache``), so code
+    built for another CPU (say, with AVX-512 where this one has none) is never loaded."""
+    return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {_features()}"
+
+
 @dataclasses.dataclass
 class MachineCode:
     """Loaded code for one cluster; keep it alive while its addresses are used."""
@@ -52,6 +59,7 @@ class MachineCode:
     addresses: dict          # symbol -> address
     llvm_ir: str             # before optimisation
     optimized_ir: str
+    from_cache: bool = False  # loaded from the persistent cache (objcache), not compiled
 
     def asm(self) -> str:
         return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
@@ -79,12 +87,34 @@ def _optimise(mod) -> None:
 
 
 def compile_module(module: ir.Module, symbols: list) -> MachineCode:
-    text = str(module)
+    return compile_ir(str(module), symbols)
+
+
+def compile_ir(text: str, symbols: list, on_object=None) -> MachineCode:
+    """Optimises and loads LLVM IR text; ``on_object(bytes)`` receives the object file MCJIT
+    generated (what the persistent cache stores; see ``load_object``)."""
     with _lock:   # LLVM's global state (pass registration, MCJIT) is not thread-safe
         mod = llvm.parse_assembly(text)
         mod.verify()
         _optimise(mod)
         engine = llvm.create_mcjit_compiler(mod, _new_target_machine())   # owned by the engine
+        if on_object is not None:   # MCJIT calls it once codegen is done, in finalize_object
+            engine.set_object_cache(lambda _module, obj: on_object(obj))
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
     return MachineCode(engine, addresses, text, str(mod))
+
+
+def load_object(obj: bytes, symbols: list, llvm_ir: str, optimized_ir: str) -> MachineCode:
+    """Loads an object file that ``compile_ir`` produced on this CPU (no optimisation, no
+    codegen).  The caller must have verified ``obj`` (a checksum): LLVM trusts object files.
+    ValueError when a symbol is missing."""
+    with _lock:
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))   # LLVM copies the bytes
+        engine.finalize_object()
+        addresses = {s: engine.get_function_address(s) for s in symbols}
+    missing = [s for s, a in addresses.items() if not a]
+    if missing:
+        raise ValueError(f"object file lacks symbols {missing}")
+    return MachineCode(engine, addresses, llvm_ir, optimized_ir, from_cache=True)

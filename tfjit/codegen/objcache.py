@@ -1,0 +1,99 @@
+"""Machine code from the persistent compile cache (``runtime/diskcache.py``).
+
+What is cached, and why: LLVM's O3 optimisation and code generation are most
+of a compile, so an entry holds the object file MCJIT generated plus the
+optimised LLVM IR (for dumps, ``experimental_get_compiler_ir`` and ``asm()``,
+which prints assembly from it lazily).  Lowering, passes, fusion and LLVM IR
+emission still run on a hit: they are cheaper, and they produce the kernel
+steps, buffer plan and output layout the executable needs, so nothing of
+those has to be serialised (or kept in step with the code that makes them).
+
+The key is a sha256 of the *unoptimised LLVM IR text* plus everything else the
+machine code depends on: the tfjit version, the source of ``llvm_cpu.py``
+(optimisation pipeline and target options live there, and ``__version__`` is
+not bumped for every change), the llvmlite and LLVM versions, and the host
+CPU (``llvm_cpu.cpu_fingerprint``: triple, CPU name, features).  Keying by the
+LLVM IR rather than by the tfjit IR + plan means every change to lowering,
+fusion, the emitter or the math library changes the key by itself; no
+hand-maintained version number can be forgotten.  Entries for other CPUs or
+versions are never looked up, let alone loaded.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+
+import llvmlite
+import llvmlite.binding as llvm
+
+import tfjit
+from tfjit.codegen import llvm_cpu
+from tfjit.runtime import diskcache
+
+_PAYLOAD = struct.Struct("<QQ")       # object bytes, optimised IR bytes; then both
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> bytes:
+    """The part of the key shared by every module this process compiles."""
+    with open(llvm_cpu.__file__, "rb") as f:
+        codegen_source = hashlib.sha256(f.read()).hexdigest()
+    return "\n".join([
+        "tfjit " + tfjit.__version__,
+        "llvm_cpu.py " + codegen_source,
+        "llvmlite " + llvmlite.__version__,
+        "LLVM " + ".".join(map(str, llvm.llvm_version_info)),
+        "cpu " + llvm_cpu.cpu_fingerprint(),
+    ]).encode()
+
+
+def cache_key(llvm_ir: str, env: bytes | None = None) -> bytes:
+    h = hashlib.sha256(env if env is not None else environment())
+    h.update(b"\0")
+    h.update(llvm_ir.encode())
+    return h.digest()
+
+
+def pack_payload(obj: bytes, optimized_ir: str) -> bytes:
+    ir_bytes = optimized_ir.encode()
+    return _PAYLOAD.pack(len(obj), len(ir_bytes)) + obj + ir_bytes
+
+
+def unpack_payload(payload: bytes) -> tuple:
+    """(object bytes, optimised IR); ValueError when the sizes do not add up."""
+    if len(payload) < _PAYLOAD.size:
+        raise ValueError("payload shorter than its size fields")
+    n_obj, n_ir = _PAYLOAD.unpack_from(payload)
+    if _PAYLOAD.size + n_obj + n_ir != len(payload) or n_obj == 0:
+        raise ValueError("payload sizes do not add up")
+    start = _PAYLOAD.size
+    obj = payload[start:start + n_obj]
+    try:
+        optimized_ir = payload[start + n_obj:].decode()
+    except UnicodeDecodeError:
+        raise ValueError("optimised IR is not UTF-8") from None
+    return obj, optimized_ir
+
+
+def compile_module(module, symbols: list, cache: diskcache.DiskCache | None = None
+                   ) -> llvm_cpu.MachineCode:
+    """``llvm_cpu.compile_module`` through the persistent cache (the flags' directory unless
+    ``cache`` is given; straight compilation when the cache is off)."""
+    cache = cache if cache is not None else diskcache.active()
+    if cache is None:
+        return llvm_cpu.compile_module(module, symbols)
+    text = str(module)
+    key = cache_key(text)
+    payload = cache.get(key)        # verified against the key and its checksum, or None
+    if payload is not None:
+        try:
+            obj, optimized_ir = unpack_payload(payload)
+            return llvm_cpu.load_object(obj, symbols, text, optimized_ir)
+        except ValueError as e:
+            cache.reject(key, str(e))
+    objects = []
+    code = llvm_cpu.compile_ir(text, symbols, on_object=objects.append)
+    if len(objects) == 1:            # MCJIT compiles the one module into one object
+        cache.put(key, pack_payload(objects[0], code.optimized_ir))
+    return code
