@@ -84,7 +84,8 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     llmod, steps = llvm_cpu.emit_module(name, fusions, plan)
     code = objcache.compile_module(llmod, [s for s, _, _ in steps])   # persistent cache
     executable = launch.make_executable(
-        input_dtypes=[d.tf_enum for d, _ in signature],
+        input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
+                      for k, (d, _) in enumerate(signature)],
         output_dtypes=[o.dtype.tf_enum for o in m.outputs],
         output_shapes=[o.shape for o in m.outputs],
         output_source=plan.output_source,
@@ -92,14 +93,19 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         temp_bytes=plan.temp_bytes,
         steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
         messages=list(MESSAGES),
+        update_inputs=list(m.updates),
         keepalive=code)
     return Compiled(name, signature, before, text.module_str(m), fusions, plan, code, executable,
                     time.perf_counter() - start)
 
 
 def signature_of(dtypes_enums: list, shapes: list) -> list:
+    """[(DType, shape)] from the launch op's signature; a resource variable input
+    signs with its value's dtype + 100 and its value's shape (launch_op.cc)."""
     out = []
     for e, s in zip(dtypes_enums, shapes):
+        if e > launch.VARIABLE_DTYPE_OFFSET:
+            e -= launch.VARIABLE_DTYPE_OFFSET
         d = dt.from_tf_enum(e)
         if d is None:
             raise TypeError(f"tfjit cannot compile inputs of TF dtype enum {e}")

@@ -119,10 +119,6 @@ class Function:
         if refused:
             raise errors.unsupported(graph_name, refused, cf.graph)
         captures = list(cf.captured_inputs)
-        for c in captures:
-            if c.dtype == tf.resource:
-                raise errors.unsupported(graph_name, [(c.name, "ReadVariableOp",
-                                         "captured resource variables are not compiled yet")])
         inputs = [(t.op.name, t.value_index) for t in cf.inputs]
         outputs = [(t.op.name, t.value_index) for t in cf.outputs]
         names = [n for n in graph.nodes if n not in {i[0] for i in inputs}]
@@ -130,7 +126,7 @@ class Function:
         spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs, name=graph_name)
         SERVICE.install()
         SERVICE.register(spec.key, spec.graph_def)
-        signature = tuple((dt.from_tf_enum(t.dtype.as_datatype_enum), tuple(t.shape)) for t in cf.inputs)
+        signature = tuple(_signature_entry(t, cf) for t in list(cf.inputs))
         from tfjit.lower.graph_to_ir import LoweringError
         try:
             compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name))
@@ -206,6 +202,22 @@ class Function:
         if isinstance(entry, _Entry):
             return [(entry.spec.name, entry.spec.nodes, entry.compiled)]
         return entry.clusters()
+
+
+def _signature_entry(t, cf):
+    """(DType, shape) of one cluster input.  A captured resource variable signs with its
+    value's dtype and current shape, as the launch op does (so a variable created with
+    ``shape=None`` compiles for the shape it holds now, and again when that changes)."""
+    if t.dtype != tf.resource:
+        return dt.from_tf_enum(t.dtype.as_datatype_enum), tuple(t.shape)
+    outer = next((o for o, inner in cf.graph.captures if inner is t), None)
+    handle_data = getattr(outer, "_handle_data", None)
+    if outer is None or handle_data is None or not handle_data.shape_and_type:
+        raise errors.unsupported(cf.graph.name, [(t.op.name, "Placeholder",
+                                 "a resource input that is not a captured tf.Variable")], cf.graph)
+    dtype = dt.from_tf_enum(handle_data.shape_and_type[0].dtype)
+    shape = tf.raw_ops.VariableShape(input=outer, out_type=tf.int64).numpy()
+    return dtype, tuple(int(d) for d in shape)
 
 
 COMPILER_IR_STAGES = ("ir", "optimized_ir", "optimized_ir_dot", "llvm", "asm")

@@ -60,6 +60,10 @@ class Module:
         self._ids = itertools.count()
         self.source = ""                 # stamped on instructions added next
         self.folder = None               # folder(instr, operand_values) -> ndarray | None
+        # Resource variables: indices of params that are variables' values, and of the
+        # variables whose new values are the trailing outputs (written back after a run).
+        self.variable_params: set = set()
+        self.updates: list = []
 
     # -- bookkeeping --------------------------------------------------------
     def _add(self, instr: Instr) -> Instr:

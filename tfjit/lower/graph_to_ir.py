@@ -15,6 +15,7 @@ from tfjit.ir import interp
 from tfjit.ir.module import IRError, Module
 import tfjit.lower  # noqa: F401  (registers the rules)
 from tfjit.lower.registry import Unsupported, lower_node
+from tfjit.lower.variables import Variable
 
 
 class LoweringError(Exception):
@@ -41,6 +42,10 @@ def lower_cluster(graph: Graph, signature: list, name: str) -> Module:
     for node in graph.topological():
         if node.name.startswith(ARG_PREFIX) and node.op == "Placeholder":
             k = int(node.name[len(ARG_PREFIX):])
+            if node.attrs["dtype"].name == "resource":   # a variable: its value is the param
+                m.variable_params.add(k)
+                values[(node.name, 0)] = Variable(k, params[k])
+                continue
             declared = node.attrs["dtype"].ir
             if declared is not params[k].dtype:
                 raise LoweringError(node.name, node.op,
@@ -48,7 +53,11 @@ def lower_cluster(graph: Graph, signature: list, name: str) -> Module:
             values[(node.name, 0)] = params[k]
             continue
         if node.name.startswith(RET_PREFIX):
-            outputs[int(node.name[len(RET_PREFIX):])] = values[node.inputs[0]]
+            value = values[node.inputs[0]]
+            if isinstance(value, Variable):
+                raise LoweringError(node.name, "Identity", "a resource handle is not a value "
+                                    "tfjit can return from a cluster")
+            outputs[int(node.name[len(RET_PREFIX):])] = value
             continue
         if node.op in STRUCTURAL:
             continue
@@ -59,5 +68,9 @@ def lower_cluster(graph: Graph, signature: list, name: str) -> Module:
         for k, v in enumerate(outs):
             values[(node.name, k)] = v
     m.outputs = [outputs[k] for k in range(len(outputs))]
+    for var in sorted({v for v in values.values() if isinstance(v, Variable) and v.assigned},
+                      key=lambda v: v.param):
+        m.outputs.append(var.value)      # written back to the variable after the run
+        m.updates.append(var.param)
     m.folder = None
     return m

@@ -35,6 +35,7 @@ class TfjitExecutable(ctypes.Structure):
         ("num_temps", ctypes.c_int32), ("temp_bytes", ctypes.POINTER(ctypes.c_int64)),
         ("num_steps", ctypes.c_int32), ("steps", ctypes.POINTER(TfjitStep)),
         ("num_messages", ctypes.c_int32), ("messages", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_updates", ctypes.c_int32), ("update_input", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
@@ -54,6 +55,9 @@ PASS_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)            # result_ctx, error, error_len
 
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
+
+DT_RESOURCE = 20                 # TF's DataType enum of resource handles (variables)
+VARIABLE_DTYPE_OFFSET = 100      # a variable input signs as (value dtype + 100, value dims)
 
 
 class Fallback(Exception):
@@ -101,8 +105,11 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                     output_shapes: Sequence[Sequence[int]], output_source: Sequence[int],
                     output_forward: Sequence[int], temp_bytes: Sequence[int],
                     steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
-                    keepalive: object = None) -> Executable:
-    """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``."""
+                    update_inputs: Sequence[int] = (), keepalive: object = None) -> Executable:
+    """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
+
+    ``update_inputs``: the last ``len(update_inputs)`` outputs are new values of
+    the resource-variable inputs at these indices (input dtype DT_RESOURCE)."""
     n_in, n_out = len(input_dtypes), len(output_dtypes)
     for name, seq in (("output_shapes", output_shapes), ("output_source", output_source),
                       ("output_forward", output_forward)):
@@ -111,6 +118,9 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
     for o, (src, fwd) in enumerate(zip(output_source, output_forward)):
         if not (-1 <= src < n_in and -1 <= fwd < n_in):
             raise ValueError(f"output {o}: source {src} / forward {fwd} is not an input index")
+    if len(update_inputs) > n_out or any(
+            not 0 <= i < n_in or input_dtypes[i] != DT_RESOURCE for i in update_inputs):
+        raise ValueError(f"variable updates {list(update_inputs)} must name resource inputs")
     if any(b < 0 for b in temp_bytes):
         raise ValueError(f"negative temp size in {list(temp_bytes)}")
     for fn, rows, cost in steps:
@@ -126,10 +136,12 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         _array(ctypes.c_int64, temp_bytes),
         _array(TfjitStep, [TfjitStep(fn, rows, cost) for fn, rows, cost in steps]),
         _array(ctypes.c_char_p, message_bytes), message_bytes,
+        _array(ctypes.c_int32, update_inputs),
     )
     struct = TfjitExecutable(n_in, buffers[0], n_out, buffers[1], buffers[2], buffers[3],
                              buffers[4], buffers[5], len(temp_bytes), buffers[6],
-                             len(steps), buffers[7], len(messages), buffers[8])
+                             len(steps), buffers[7], len(messages), buffers[8],
+                             len(update_inputs), buffers[10])
     return Executable(struct, buffers, keepalive)
 
 

@@ -12,6 +12,14 @@
 //     thread may store it. A kernel is called on disjoint [row_begin, row_end)
 //     ranges of [0, rows), possibly concurrently from several threads.
 //
+//   Resource variables: an input of dtype DT_RESOURCE is a variable. The op
+//     looks it up, locks every variable input (in address order, as TF's
+//     training ops do) for the whole run, passes the variable's value buffer to
+//     the kernels, and signs it as (value dtype + 100, value dims): TF's _REF
+//     encoding. The executable's last num_updates outputs are new values for the
+//     variables at update_input[u]; they are written when every kernel
+//     succeeded, into fresh buffers (a reader holding the old value keeps it).
+//
 //   TfjitStep, TfjitExecutable: defined below. Executables are owned by Python
 //     and read-only here. Steps run in order, each completing before the next
 //     starts; cost_per_row (estimated CPU cycles per row) decides whether a
@@ -50,6 +58,8 @@
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/util/work_sharder.h"
@@ -68,6 +78,7 @@ struct TfjitExecutable {
   int32_t num_temps;   const int64_t* temp_bytes;
   int32_t num_steps;   const TfjitStep* steps;
   int32_t num_messages; const char* const* messages;  // status k -> messages[k-1]
+  int32_t num_updates; const int32_t* update_input;   // trailing outputs -> variable inputs
 };
 
 typedef int32_t (*TfjitCompileCallback)(
@@ -92,6 +103,7 @@ constexpr int64_t kInlineCost = 50000;
 // Fresh buffers at least this large get MADV_HUGEPAGE (THP is madvise-only).
 constexpr size_t kHugePageAdviceBytes = size_t{2} << 20;
 constexpr int kErrorLen = 4096;
+constexpr int32_t kVariableDtypeOffset = 100;   // TF's DT_*_REF numbering
 
 std::atomic<TfjitCompileCallback> g_callback{nullptr};
 std::atomic<int64_t> g_hits{0};
@@ -122,6 +134,57 @@ void AdviseHugePages(void* data, size_t bytes) {
   }
 }
 
+// The resource-variable inputs of one launch, looked up and locked for its
+// duration (in increasing mutex address order, as TF's own training ops).
+class Variables {
+ public:
+  absl::Status Resolve(OpKernelContext* ctx) {
+    vars_.resize(ctx->num_inputs());
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      if (ctx->input_dtype(i) != DT_RESOURCE) continue;
+      TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, i), &vars_[i]));
+      locked_.push_back(vars_[i]->mu());
+    }
+    std::sort(locked_.begin(), locked_.end());
+    locked_.erase(std::unique(locked_.begin(), locked_.end()), locked_.end());
+    if (static_cast<int>(locked_.size()) != NumVars()) {
+      return Invalid("tfjit: the same resource variable is passed to a TfjitLaunch twice");
+    }
+    for (mutex* mu : locked_) mu->lock();
+    for (int i = 0; i < ctx->num_inputs(); ++i) {
+      if (vars_[i] && !vars_[i]->is_initialized) uninitialized_ = i;
+    }
+    return absl::OkStatus();
+  }
+  ~Variables() { Unlock(); }
+  void Unlock() {
+    for (auto it = locked_.rbegin(); it != locked_.rend(); ++it) (*it)->unlock();
+    locked_.clear();
+  }
+  Var* var(int i) const { return i < static_cast<int>(vars_.size()) ? vars_[i].get() : nullptr; }
+  int uninitialized() const { return uninitialized_; }
+
+  // The tensor the kernels read for input i: the variable's value or the input.
+  const Tensor& value(OpKernelContext* ctx, int i) const {
+    Var* v = var(i);
+    return v != nullptr ? *v->tensor() : ctx->input(i);
+  }
+  int32_t signature_dtype(OpKernelContext* ctx, int i) const {
+    Var* v = var(i);
+    return v != nullptr ? v->tensor()->dtype() + kVariableDtypeOffset : ctx->input_dtype(i);
+  }
+
+ private:
+  int NumVars() const {
+    int n = 0;
+    for (const auto& v : vars_) n += v ? 1 : 0;
+    return n;
+  }
+  std::vector<core::RefCountPtr<Var>> vars_;
+  std::vector<mutex*> locked_;
+  int uninitialized_ = -1;
+};
+
 class TfjitLaunchOp : public AsyncOpKernel {
  public:
   explicit TfjitLaunchOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
@@ -136,23 +199,35 @@ class TfjitLaunchOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     executions_.fetch_add(1, std::memory_order_relaxed);
-    const TfjitExecutable* exe = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, Lookup(ctx, &exe), done);
+    Variables vars;
+    OP_REQUIRES_OK_ASYNC(ctx, vars.Resolve(ctx), done);
+    const TfjitExecutable* exe = &kFallbackMarker;
+    if (vars.uninitialized() >= 0) {   // no signature without a value: TF decides
+      OP_REQUIRES_ASYNC(ctx, has_fallback_,
+                        absl::FailedPreconditionError(absl::StrCat(
+                            "tfjit cluster ", cluster_, ": resource variable input ",
+                            vars.uninitialized(), " is uninitialized")),
+                        done);
+    } else {
+      OP_REQUIRES_OK_ASYNC(ctx, Lookup(ctx, vars, &exe), done);
+    }
     if (exe == &kFallbackMarker) {
+      vars.Unlock();   // the fallback reads the variables itself
       RunFallback(ctx, std::move(done));
       return;
     }
-    OP_REQUIRES_OK_ASYNC(ctx, Run(ctx, *exe), done);
+    OP_REQUIRES_OK_ASYNC(ctx, Run(ctx, vars, *exe), done);
+    vars.Unlock();
     done();
   }
 
  private:
   // Calls emit(v) for each input's dtype, rank and dims: the input signature.
   template <typename Emit>
-  static void ForSignature(OpKernelContext* ctx, Emit emit) {
+  static void ForSignature(OpKernelContext* ctx, const Variables& vars, Emit emit) {
     for (int i = 0; i < ctx->num_inputs(); ++i) {
-      const TensorShape& shape = ctx->input(i).shape();
-      emit(ctx->input_dtype(i));
+      const TensorShape& shape = vars.value(ctx, i).shape();
+      emit(vars.signature_dtype(ctx, i));
       emit(shape.dims());
       for (int d = 0; d < shape.dims(); ++d) emit(shape.dim_size(d));
     }
@@ -160,12 +235,13 @@ class TfjitLaunchOp : public AsyncOpKernel {
 
   // Fast path, no allocation: the executable this kernel used last, if the
   // signature is unchanged and no TfjitClearCache happened since.
-  bool LookupLast(OpKernelContext* ctx, uint64_t generation, const TfjitExecutable** exe) {
+  bool LookupLast(OpKernelContext* ctx, const Variables& vars, uint64_t generation,
+                  const TfjitExecutable** exe) {
     absl::MutexLock l(&last_mu_);
     if (last_exe_ == nullptr || last_generation_ != generation) return false;
     size_t pos = 0;
     bool same = true;
-    ForSignature(ctx, [&](int64_t v) {
+    ForSignature(ctx, vars, [&](int64_t v) {
       same = same && pos < last_signature_.size() && last_signature_[pos++] == v;
     });
     if (!same || pos != last_signature_.size()) return false;
@@ -173,23 +249,24 @@ class TfjitLaunchOp : public AsyncOpKernel {
     return true;
   }
 
-  void Remember(OpKernelContext* ctx, uint64_t generation, const TfjitExecutable* exe) {
+  void Remember(OpKernelContext* ctx, const Variables& vars, uint64_t generation,
+                const TfjitExecutable* exe) {
     absl::MutexLock l(&last_mu_);
     last_signature_.clear();
-    ForSignature(ctx, [this](int64_t v) { last_signature_.push_back(v); });
+    ForSignature(ctx, vars, [this](int64_t v) { last_signature_.push_back(v); });
     last_exe_ = exe;
     last_generation_ = generation;
   }
 
-  absl::Status Lookup(OpKernelContext* ctx, const TfjitExecutable** exe) {
+  absl::Status Lookup(OpKernelContext* ctx, const Variables& vars, const TfjitExecutable** exe) {
     const uint64_t generation = g_generation.load(std::memory_order_acquire);
-    if (LookupLast(ctx, generation, exe)) {
+    if (LookupLast(ctx, vars, generation, exe)) {
       g_hits.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
     std::string key = cluster_;  // cluster, NUL, the signature as raw int64s
     key.push_back('\0');
-    ForSignature(ctx, [&key](int64_t v) {
+    ForSignature(ctx, vars, [&key](int64_t v) {
       key.append(reinterpret_cast<const char*>(&v), sizeof(v));
     });
     GlobalCache& cache = Cache();
@@ -204,7 +281,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
     } else {
       g_misses.fetch_add(1, std::memory_order_relaxed);
       bool remember = true;
-      TF_RETURN_IF_ERROR(Compile(ctx, &found, &remember));
+      TF_RETURN_IF_ERROR(Compile(ctx, vars, &found, &remember));
       if (!remember) {   // fallback this time only: ask the compiler again next time
         *exe = found;
         return absl::OkStatus();
@@ -213,12 +290,13 @@ class TfjitLaunchOp : public AsyncOpKernel {
       found = cache.map.emplace(key, found).first->second;  // first insert wins
     }
     if (found != &kFallbackMarker) TF_RETURN_IF_ERROR(Validate(ctx, *found));
-    Remember(ctx, generation, found);
+    Remember(ctx, vars, generation, found);
     *exe = found;
     return absl::OkStatus();
   }
 
-  absl::Status Compile(OpKernelContext* ctx, const TfjitExecutable** exe, bool* remember) {
+  absl::Status Compile(OpKernelContext* ctx, const Variables& vars, const TfjitExecutable** exe,
+                       bool* remember) {
     TfjitCompileCallback callback = g_callback.load(std::memory_order_acquire);
     if (callback == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -231,8 +309,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
     absl::InlinedVector<int32_t, 8> dtypes, ranks;
     absl::InlinedVector<int64_t, 16> dims;
     for (int i = 0; i < ctx->num_inputs(); ++i) {
-      const TensorShape& shape = ctx->input(i).shape();
-      dtypes.push_back(ctx->input_dtype(i));
+      const TensorShape& shape = vars.value(ctx, i).shape();
+      dtypes.push_back(vars.signature_dtype(ctx, i));
       ranks.push_back(shape.dims());
       for (int d = 0; d < shape.dims(); ++d) dims.push_back(shape.dim_size(d));
     }
@@ -263,11 +341,20 @@ class TfjitLaunchOp : public AsyncOpKernel {
 
   // The executable must agree with this node's inputs and Tout.
   absl::Status Validate(OpKernelContext* ctx, const TfjitExecutable& exe) {
-    if (exe.num_inputs != ctx->num_inputs() || exe.num_outputs != ctx->num_outputs()) {
+    const int node_outputs = exe.num_outputs - exe.num_updates;
+    if (exe.num_inputs != ctx->num_inputs() || node_outputs != ctx->num_outputs() ||
+        exe.num_updates < 0) {
       return Invalid(
           "tfjit executable for cluster ", cluster_, " has ", exe.num_inputs, " inputs and ",
-          exe.num_outputs, " outputs; the TfjitLaunch node has ", ctx->num_inputs(), " and ",
+          node_outputs, " outputs; the TfjitLaunch node has ", ctx->num_inputs(), " and ",
           ctx->num_outputs());
+    }
+    for (int u = 0; u < exe.num_updates; ++u) {
+      const int32_t i = exe.update_input[u];
+      if (i < 0 || i >= exe.num_inputs || ctx->input_dtype(i) != DT_RESOURCE) {
+        return Invalid("tfjit executable for cluster ", cluster_, ": update ", u,
+                       " does not name a resource variable input");
+      }
     }
     for (int i = 0; i < exe.num_inputs; ++i) {
       if (exe.input_dtypes[i] != ctx->input_dtype(i)) {
@@ -277,13 +364,14 @@ class TfjitLaunchOp : public AsyncOpKernel {
       }
     }
     for (int o = 0; o < exe.num_outputs; ++o) {
-      if (exe.output_dtypes[o] != ctx->expected_output_dtype(o)) {
+      if (o < node_outputs && exe.output_dtypes[o] != ctx->expected_output_dtype(o)) {
         return Invalid("tfjit executable for cluster ", cluster_, ": output ", o, " is ",
                        TypeName(exe.output_dtypes[o]), ", Tout has ",
                        TypeName(ctx->expected_output_dtype(o)));
       }
       const int32_t src = exe.output_source[o], fwd = exe.output_forward[o];
-      if (src >= exe.num_inputs || fwd >= exe.num_inputs || exe.output_ranks[o] < 0) {
+      if (src >= exe.num_inputs || fwd >= exe.num_inputs || exe.output_ranks[o] < 0 ||
+          (fwd >= 0 && ctx->input_dtype(fwd) == DT_RESOURCE)) {
         return Invalid("tfjit executable for cluster ", cluster_, ": output ", o,
                        " has a bad rank or input index");
       }
@@ -293,7 +381,13 @@ class TfjitLaunchOp : public AsyncOpKernel {
 
   // Outputs that ARE inputs are set first: they then hold a reference to the
   // input's buffer, so forward_input_or_allocate_output cannot hand it out.
-  absl::Status SetOutputs(OpKernelContext* ctx, const TfjitExecutable& exe, void** bufs) {
+  // Variable updates (the trailing outputs) go to fresh temporaries in
+  // `updates` (one per update), written to their variables by Run once every
+  // kernel succeeded.
+  absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
+                          const TfjitExecutable& exe, void** bufs,
+                          absl::InlinedVector<Tensor, 4>* updates) {
+    const int node_outputs = exe.num_outputs - exe.num_updates;
     absl::InlinedVector<TensorShape, 4> shapes(exe.num_outputs);
     const int64_t* dims = exe.output_dims;
     for (int o = 0; o < exe.num_outputs; ++o) {
@@ -307,17 +401,29 @@ class TfjitLaunchOp : public AsyncOpKernel {
       }
       const int32_t src = exe.output_source[o];
       if (src < 0) continue;
-      const Tensor& input = ctx->input(src);
+      const Tensor& input = vars.value(ctx, src);
       if (input.shape() != shapes[o]) {
         return Invalid("tfjit cluster ", cluster_, ": output ", o, " is input ", src,
                        " of shape ", input.shape().DebugString(), ", expected ",
                        shapes[o].DebugString());
       }
-      ctx->set_output(o, input);
+      if (o < node_outputs) {
+        ctx->set_output(o, input);
+      } else {
+        (*updates)[o - node_outputs] = input;
+      }
       bufs[o] = Data(input);
     }
     for (int o = 0; o < exe.num_outputs; ++o) {
       if (exe.output_source[o] >= 0) continue;
+      if (o >= node_outputs) {
+        Tensor update;
+        TF_RETURN_IF_ERROR(ctx->allocate_temp(static_cast<DataType>(exe.output_dtypes[o]),
+                                              shapes[o], &update));
+        bufs[o] = Data(update);
+        (*updates)[o - node_outputs] = std::move(update);
+        continue;
+      }
       Tensor* out = nullptr;
       int forwarded = -1;
       if (exe.output_forward[o] >= 0) {
@@ -332,11 +438,12 @@ class TfjitLaunchOp : public AsyncOpKernel {
     return absl::OkStatus();
   }
 
-  absl::Status Run(OpKernelContext* ctx, const TfjitExecutable& exe) {
+  absl::Status Run(OpKernelContext* ctx, const Variables& vars, const TfjitExecutable& exe) {
     const int n_in = exe.num_inputs, n_out = exe.num_outputs, n_tmp = exe.num_temps;
     absl::InlinedVector<void*, 16> bufs(n_in + n_out + n_tmp + 1, nullptr);
-    for (int i = 0; i < n_in; ++i) bufs[i] = Data(ctx->input(i));
-    TF_RETURN_IF_ERROR(SetOutputs(ctx, exe, bufs.data() + n_in));
+    for (int i = 0; i < n_in; ++i) bufs[i] = Data(vars.value(ctx, i));
+    absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
+    TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs.data() + n_in, &updates));
     absl::InlinedVector<Tensor, 4> temps(n_tmp);
     for (int t = 0; t < n_tmp; ++t) {
       TensorShape shape;
@@ -354,7 +461,14 @@ class TfjitLaunchOp : public AsyncOpKernel {
     for (int s = 0; s < exe.num_steps && status == 0; ++s) {
       RunStep(ctx, exe.steps[s], bufs.data());
     }
-    if (status == 0) return absl::OkStatus();
+    if (status == 0) {
+      for (int u = 0; u < exe.num_updates; ++u) {
+        Var* var = vars.var(exe.update_input[u]);
+        *var->tensor() = updates[u];
+        var->is_initialized = true;
+      }
+      return absl::OkStatus();
+    }
     if (status < 0 || status > exe.num_messages) {
       return Invalid("tfjit kernel reported unknown error code ", status,
                      " (in tfjit cluster ", cluster_, ")");

@@ -1,0 +1,200 @@
+"""Resource variables inside a cluster: reads, assignments and optimizer updates.
+
+A cluster reads every variable it uses at its start and writes the variables
+it assigns at its end (as XLA does): a resource input becomes a ``Variable``
+whose ``value`` is an IR parameter holding the variable's value; each read
+returns the current value and each assignment replaces it, in the cluster's
+topological order (control edges included), so a read after a write in the
+same cluster sees the write.  ``lower_cluster`` turns the final value of every
+assigned variable into a trailing output that the launch op writes back
+(runtime/launch_op.cc).
+
+Optimizer ops follow TF's formulas (tensorflow/core/kernels/training_ops.cc);
+their scalar hyper-parameters are broadcast to the variable's shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tfjit import dtypes as dt
+from tfjit.ir.module import Instr
+from tfjit.ir.ops import Op
+from tfjit.lower.registry import ALL, Unsupported, broadcast_to, register
+
+_OPTIMIZER_DTYPES = (dt.F32, dt.F64)   # f16/bf16 updates round per op in TF: not matched yet
+
+
+@dataclasses.dataclass(eq=False)
+class Variable:
+    """A resource input of the cluster: which parameter it is and its current value."""
+    param: int
+    value: Instr
+    assigned: bool = False
+
+    @property
+    def dtype(self):          # lets generic code (e.g. half-precision checks) look at it
+        return self.value.dtype
+
+
+def _var(ctx, i: int = 0) -> Variable:
+    v = ctx.inputs[i]
+    if not isinstance(v, Variable):
+        raise Unsupported(f"input {i} of {ctx.node.op} must be a resource variable")
+    return v
+
+
+def _declared(ctx, v: Variable, attr: str = "dtype"):
+    t = ctx.attr(attr)
+    if t is not None and t.ir is not v.value.dtype:
+        raise Unsupported(f"{ctx.node.op} expects a {t.name} variable, the variable holds "
+                          f"{v.value.dtype}")
+
+
+def _assign(v: Variable, value: Instr) -> None:
+    v.value = value
+    v.assigned = True
+
+
+def _value_like(ctx, v: Variable, x: Instr) -> Instr:
+    """``x`` (the same dtype as the variable) broadcast to the variable's shape."""
+    if x.dtype is not v.value.dtype:
+        raise Unsupported(f"{ctx.node.op}: a {x.dtype} operand for a {v.value.dtype} variable")
+    if x.shape != v.value.shape and x.rank != 0:
+        raise Unsupported(f"{ctx.node.op}: operand shape {list(x.shape)} does not match the "
+                          f"variable's {list(v.value.shape)}")
+    return broadcast_to(ctx.m, x, v.value.shape)
+
+
+@register("ReadVariableOp", dtypes=ALL)
+def _read(ctx):
+    v = _var(ctx)
+    _declared(ctx, v)
+    return v.value
+
+
+@register("AssignVariableOp", dtypes=ALL)
+def _assign_op(ctx):
+    v, x = _var(ctx), ctx.inputs[1]
+    _declared(ctx, v)
+    if x.dtype is not v.value.dtype:
+        raise Unsupported(f"AssignVariableOp: a {x.dtype} value for a {v.value.dtype} variable")
+    _assign(v, x)
+    return []
+
+
+def _arith(op):
+    def rule(ctx):
+        v = _var(ctx)
+        _declared(ctx, v)
+        if ctx.inputs[1].shape != v.value.shape:
+            raise Unsupported(f"{ctx.node.op}: value shape {list(ctx.inputs[1].shape)} does not "
+                              f"match the variable's {list(v.value.shape)}")
+        _assign(v, ctx.m.elementwise(op, v.value, _value_like(ctx, v, ctx.inputs[1])))
+        return []
+    return rule
+
+
+register("AssignAddVariableOp")(_arith(Op.ADD))
+register("AssignSubVariableOp")(_arith(Op.SUB))
+
+
+# -- optimizers (TF's ApplyXxx functors) --------------------------------------------------
+
+def _ew(ctx, op, *xs):
+    return ctx.m.elementwise(op, *xs)
+
+
+def _scalar(ctx, v: Variable, i: int) -> Instr:
+    return _value_like(ctx, v, ctx.inputs[i])
+
+
+def _one(ctx, v: Variable) -> Instr:
+    return broadcast_to(ctx.m, ctx.m.scalar(1, v.value.dtype), v.value.shape)
+
+
+@register("ResourceApplyGradientDescent", dtypes=_OPTIMIZER_DTYPES)
+def _sgd(ctx):
+    """var -= alpha * delta"""
+    v = _var(ctx)
+    alpha, delta = _scalar(ctx, v, 1), _value_like(ctx, v, ctx.inputs[2])
+    _assign(v, _ew(ctx, Op.SUB, v.value, _ew(ctx, Op.MUL, alpha, delta)))
+    return []
+
+
+@register("ResourceApplyMomentum", dtypes=_OPTIMIZER_DTYPES)
+def _momentum(ctx):
+    """accum = accum * momentum + grad; var -= lr * accum
+    (nesterov: var -= grad * lr + accum * momentum * lr)"""
+    v, a = _var(ctx, 0), _var(ctx, 1)
+    lr, grad, mom = _scalar(ctx, v, 2), _value_like(ctx, v, ctx.inputs[3]), _scalar(ctx, v, 4)
+    accum = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, a.value, mom), grad)
+    _assign(a, accum)
+    if ctx.attr("use_nesterov"):
+        step = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, grad, lr),
+                   _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, accum, mom), lr))
+    else:
+        step = _ew(ctx, Op.MUL, lr, accum)
+    _assign(v, _ew(ctx, Op.SUB, v.value, step))
+    return []
+
+
+@register("ResourceApplyKerasMomentum", dtypes=_OPTIMIZER_DTYPES)
+def _keras_momentum(ctx):
+    """accum = accum * momentum - lr * grad; var += accum
+    (nesterov: var += accum * momentum - lr * grad)"""
+    v, a = _var(ctx, 0), _var(ctx, 1)
+    lr, grad, mom = _scalar(ctx, v, 2), _value_like(ctx, v, ctx.inputs[3]), _scalar(ctx, v, 4)
+    lr_grad = _ew(ctx, Op.MUL, lr, grad)
+    accum = _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, a.value, mom), lr_grad)
+    _assign(a, accum)
+    step = _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, accum, mom), lr_grad) if ctx.attr("use_nesterov") \
+        else accum
+    _assign(v, _ew(ctx, Op.ADD, v.value, step))
+    return []
+
+
+@register("ResourceApplyAdam", dtypes=_OPTIMIZER_DTYPES)
+def _adam(ctx):
+    """lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t); m += (g - m) * (1 - beta1);
+    v += (g^2 - v) * (1 - beta2); var -= lr_t * m / (sqrt(v) + eps)
+    (nesterov: var -= lr_t * (m * beta1 + (1 - beta1) * g) / (sqrt(v) + eps))"""
+    var, m, vv = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
+    b1p, b2p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(3, 9))
+    grad = _value_like(ctx, var, ctx.inputs[9])
+    one = _one(ctx, var)
+    lr_t = _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr, _ew(ctx, Op.SQRT, _ew(ctx, Op.SUB, one, b2p))),
+               _ew(ctx, Op.SUB, one, b1p))
+    new_m = _ew(ctx, Op.ADD, m.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, m.value),
+                                          _ew(ctx, Op.SUB, one, b1)))
+    new_v = _ew(ctx, Op.ADD, vv.value, _ew(ctx, Op.MUL,
+                                           _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad), vv.value),
+                                           _ew(ctx, Op.SUB, one, b2)))
+    _assign(m, new_m)
+    _assign(vv, new_v)
+    denom = _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, new_v), eps)
+    if ctx.attr("use_nesterov"):
+        num = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, new_m, b1),
+                  _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, one, b1), grad))
+    else:
+        num = new_m
+    _assign(var, _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr_t, num), denom)))
+    return []
+
+
+@register("ResourceApplyRMSProp", dtypes=_OPTIMIZER_DTYPES)
+def _rmsprop(ctx):
+    """ms += (g^2 - ms) * (1 - rho); mom = mom * momentum + rsqrt(ms + eps) * lr * g;
+    var -= mom"""
+    var, ms, mom = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
+    lr, rho, momentum, eps = (_scalar(ctx, var, i) for i in range(3, 7))
+    grad = _value_like(ctx, var, ctx.inputs[7])
+    one = _one(ctx, var)
+    new_ms = _ew(ctx, Op.ADD, ms.value, _ew(ctx, Op.MUL,
+                                            _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad), ms.value),
+                                            _ew(ctx, Op.SUB, one, rho)))
+    scale = _ew(ctx, Op.MUL, _ew(ctx, Op.RSQRT, _ew(ctx, Op.ADD, new_ms, eps)), lr)
+    new_mom = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, mom.value, momentum), _ew(ctx, Op.MUL, scale, grad))
+    _assign(ms, new_ms)
+    _assign(mom, new_mom)
+    _assign(var, _ew(ctx, Op.SUB, var.value, new_mom))
+    return []
