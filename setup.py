@@ -42,7 +42,7 @@ setup(
     version="0.1.0",
     description="An XLA-style JIT compiler for TensorFlow, written in Python",
     packages=find_packages(include=["tfjit", "tfjit.*"]),
-    package_data={"tfjit.runtime": ["*.cc"], "tfjit": ["autoload.pth.in"]},
+    package_data={"tfjit.runtime": ["*.cc", "*.h"], "tfjit": ["autoload.pth.in"]},
     cmdclass=CMDCLASS,
     include_package_data=True,
     python_requires=">=3.10",
