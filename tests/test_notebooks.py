@@ -58,26 +58,26 @@ def execute(nb, workdir: str, name: str = "notebook"):
     """Runs every code cell of ``nb`` (an nbformat notebook, outputs replaced in place)
     with ``workdir`` as the working directory; raises CellError at the first cell
     that raises."""
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    specs = tempfile.mkdtemp(prefix="kernels-", dir=workdir)
-    km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=_kernel_spec_manager(specs))
-    client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
-                            resources={"metadata": {"path": workdir}})
-    with client.setup_kernel(env=_kernel_env(), cwd=workdir):
-        for index, cell in enumerate(nb.cells):
-            if cell.cell_type != "code":
-                continue
-            try:
-                client.execute_cell(cell, index)
-            except CellExecutionError as e:
-                trace = _ANSI.sub("", "\n".join(e.traceback if isinstance(e.traceback, list)
-                                                else [str(e.traceback)]))
-                raise CellError(f"{name}: cell {index} raised {e.ename}: {e.evalue}\n"
-                                f"--- cell source ---\n{cell.source}\n"
-                                f"--- traceback ---\n{trace}") from None
+    with tempfile.TemporaryDirectory(prefix="tfjit-kernel-") as specs:
+        km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=_kernel_spec_manager(specs))
+        client = NotebookClient(nb, km=km, timeout=CELL_TIMEOUT_S, allow_errors=False,
+                                resources={"metadata": {"path": workdir}})
+        with client.setup_kernel(env=_kernel_env(), cwd=workdir):
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                try:
+                    client.execute_cell(cell, index)
+                except CellExecutionError as e:
+                    lines = e.traceback if isinstance(e.traceback, list) else [str(e.traceback)]
+                    trace = _ANSI.sub("", "\n".join(lines))
+                    raise CellError(f"{name}: cell {index} raised {e.ename}: {e.evalue}\n"
+                                    f"--- cell source ---\n{cell.source}\n"
+                                    f"--- traceback ---\n{trace}") from None
     return nb
 
 
@@ -90,7 +90,8 @@ def _read(path: str):
 
 def test_all_notebooks_are_found():
     found = {os.path.basename(p) for p in notebooks()}
-    assert EXPECTED <= found, f"missing from colab/: {sorted(EXPECTED - found)} (found {sorted(found)})"
+    assert EXPECTED <= found, \
+        f"missing from colab/: {sorted(EXPECTED - found)}; found {sorted(found)}"
 
 
 @pytest.mark.parametrize("path", notebooks(), ids=os.path.basename)
@@ -109,9 +110,9 @@ def test_notebook_runs(path, tmp_path):
 
 def test_a_raising_cell_fails_with_its_source_and_error(tmp_path):
     """The harness itself can fail: a cell that raises is reported, with what it was."""
-    import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
-    nb = new_notebook(cells=[new_code_cell("import os, sys\nprint(os.getcwd())\nprint(sys.executable)"),
+    nb = new_notebook(cells=[new_code_cell("import os, sys\nprint(os.getcwd())\n"
+                                           "print(sys.executable)"),
                              new_code_cell("x = 1\nraise ValueError(f'broken {x + 1}')"),
                              new_code_cell("print('never runs')")])
     with pytest.raises(CellError) as info:
@@ -119,7 +120,7 @@ def test_a_raising_cell_fails_with_its_source_and_error(tmp_path):
     text = str(info.value)
     assert "broken.ipynb: cell 1 raised ValueError: broken 2" in text, text
     assert "raise ValueError(f'broken {x + 1}')" in text and "Traceback" in text, text
-    cwd, python = nb.cells[0].outputs[0]["text"].split()
+    cwd, python = nb.cells[0].outputs[0]["text"].splitlines()
     assert cwd == os.path.realpath(str(tmp_path))
     assert os.path.realpath(python) == os.path.realpath(sys.executable)   # the same interpreter
     assert nb.cells[2].outputs == []
@@ -131,7 +132,7 @@ def _scrub(nb, workdir: str) -> None:
     """Replaces machine-specific paths in outputs: the working directory and ipykernel's
     per-cell file names."""
     real = os.path.realpath(workdir)
-    cell_file = re.compile(r"/tmp/ipykernel_\d+/\d+\.py")
+    cell_file = re.compile(re.escape(tempfile.gettempdir()) + r"/ipykernel_\d+/\d+\.py")
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             for key in ("text", "evalue"):
