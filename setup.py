@@ -49,7 +49,8 @@ setup(
     install_requires=["tensorflow-cpu>=2.16; platform_machine=='x86_64'",
                       "tensorflow>=2.16; platform_machine!='x86_64'",
                       "numpy", "llvmlite>=0.45", "protobuf"],
-    extras_require={"test": ["pytest"]},
+    # nbclient, nbformat, ipykernel, matplotlib: tests/test_notebooks.py runs colab/*.ipynb
+    extras_require={"test": ["pytest", "nbclient", "nbformat", "ipykernel", "matplotlib"]},
     entry_points={"console_scripts": ["tfjit-run-module=tfjit.api.run_module:main",
                                       "tfjit-aot=tfjit.aot.cli:main"]},
 )
