@@ -77,8 +77,18 @@ def _zero(m: Module, like: Instr) -> Instr:
     return m.scalar(0, like.dtype)
 
 
+def _crop_hw(m: Module, x: Instr, pads: tuple) -> tuple:
+    """(x without the rows/columns a negative padding removes, the padding left over)."""
+    n, h, w, c = x.shape
+    crop = [max(-v, 0) for v in pads]
+    if any(crop):
+        x = m.slice(x, (0, crop[0], crop[2], 0), (n, h - crop[0] - crop[1], w - crop[2] - crop[3], c))
+    return x, tuple(max(v, 0) for v in pads)
+
+
 def _pad_hw(m: Module, x: Instr, pads: tuple) -> Instr:
-    top, bottom, left, right = pads
+    """Zero padding of H and W; a negative amount crops instead."""
+    x, (top, bottom, left, right) = _crop_hw(m, x, pads)
     return m.pad(x, _zero(m, x), (0, top, left, 0), (0, bottom, right, 0))
 
 
@@ -145,10 +155,9 @@ def _conv2d_backprop_input(ctx):
     pads = padding(ctx, sizes[1:3], (_window(kh, dil[0]), _window(kw, dil[1])), strides)
     rows = _backprop_padding(sizes[1], kh, strides[0], dil[0], pads[0], pads[1], g.shape[1])
     cols = _backprop_padding(sizes[2], kw, strides[1], dil[1], pads[2], pads[3], g.shape[2])
-    if min(rows + cols) < 0:
-        raise Unsupported("Conv2DBackpropInput with padding wider than the filter window")
     flipped = m.transpose(_flip_hw(m, w), (0, 1, 3, 2))          # [kh, kw, o, c]
-    dx = m.convolution(_dilate_hw(m, g, strides), flipped, (1, 1), dil, rows + cols)
+    gd, pads = _crop_hw(m, _dilate_hw(m, g, strides), rows + cols)
+    dx = m.convolution(gd, flipped, (1, 1), dil, pads)
     if dx.shape != sizes:
         raise Unsupported(f"Conv2DBackpropInput: input_sizes {list(sizes)} disagree with the "
                           f"gradient's shape {list(g.shape)}")
@@ -224,8 +233,6 @@ def _depthwise_backprop_input(ctx):
     n, h, w, _ = sizes
     rows = _backprop_padding(h, kh, strides[0], dil[0], pads[0], pads[1], g.shape[1])
     cols = _backprop_padding(w, kw, strides[1], dil[1], pads[2], pads[3], g.shape[2])
-    if min(rows + cols) < 0:
-        raise Unsupported("DepthwiseConv2dNativeBackpropInput with padding wider than the window")
     gp = _pad_hw(m, _dilate_hw(m, g, strides), rows + cols)
     gp = m.reshape(gp, gp.shape[:3] + (c, mult))
     total = None
