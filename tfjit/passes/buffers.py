@@ -12,6 +12,7 @@ import dataclasses
 
 from tfjit.ir.module import Module
 from tfjit.ir.ops import Op
+from tfjit.passes import fusion
 
 
 @dataclasses.dataclass
@@ -22,6 +23,7 @@ class BufferPlan:
     temp_bytes: list               # per temp slot, in order after the outputs
     scratch: dict                  # fusion -> slot of its partial results
     output_source: list            # per output: input index it aliases, or -1
+    update_in_place: list = dataclasses.field(default_factory=list)   # per variable update
 
     @property
     def status_slot(self) -> int:
@@ -55,4 +57,29 @@ def assign(m: Module, fusions: list) -> BufferPlan:
         if f.split > 1:
             r = f.roots[0]
             scratch[f] = new_temp(r.size * f.split * max(r.dtype.itemsize, 1) * len(f.roots))
-    return BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
+    plan = BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
+    plan.update_in_place = [_in_place(m, fusions, k, m.outputs[n_out - len(m.updates) + u])
+                            for u, k in enumerate(m.updates)]
+    return plan
+
+
+def _in_place(m: Module, fusions: list, param: int, value) -> bool:
+    """May the new value of variable ``param`` be written over its old value?
+
+    Yes when the old value is dead once the kernel writing the new one has
+    read it: no later kernel reads it, and that kernel reads it only at the
+    index it writes (a flat elementwise kernel), so no thread overwrites an
+    element another still needs.  The launch op still writes a fresh buffer
+    when someone else holds the variable's tensor (runtime/launch_op.cc).
+    """
+    p = m.params[param]
+    if value.shape != p.shape or value.dtype is not p.dtype:
+        return False
+    writer = next((f for f in fusions if value in f.roots), None)
+    if writer is None:
+        return False
+    position = fusions.index(writer)
+    for n, f in enumerate(fusions):
+        if p in fusion.reads(f) and (n > position or (f is writer and not f.flat)):
+            return False
+    return True

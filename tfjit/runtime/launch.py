@@ -36,6 +36,7 @@ class TfjitExecutable(ctypes.Structure):
         ("num_steps", ctypes.c_int32), ("steps", ctypes.POINTER(TfjitStep)),
         ("num_messages", ctypes.c_int32), ("messages", ctypes.POINTER(ctypes.c_char_p)),
         ("num_updates", ctypes.c_int32), ("update_input", ctypes.POINTER(ctypes.c_int32)),
+        ("update_in_place", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
@@ -105,11 +106,14 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                     output_shapes: Sequence[Sequence[int]], output_source: Sequence[int],
                     output_forward: Sequence[int], temp_bytes: Sequence[int],
                     steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
-                    update_inputs: Sequence[int] = (), keepalive: object = None) -> Executable:
+                    update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
+                    keepalive: object = None) -> Executable:
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
 
     ``update_inputs``: the last ``len(update_inputs)`` outputs are new values of
-    the resource-variable inputs at these indices (input dtype DT_RESOURCE)."""
+    the resource-variable inputs at these indices (input dtype DT_RESOURCE);
+    ``update_in_place[u]`` says the kernels may write update u over the
+    variable's old value (the op does when nobody else holds that tensor)."""
     n_in, n_out = len(input_dtypes), len(output_dtypes)
     for name, seq in (("output_shapes", output_shapes), ("output_source", output_source),
                       ("output_forward", output_forward)):
@@ -121,6 +125,9 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
     if len(update_inputs) > n_out or any(
             not 0 <= i < n_in or input_dtypes[i] != DT_RESOURCE for i in update_inputs):
         raise ValueError(f"variable updates {list(update_inputs)} must name resource inputs")
+    in_place = [int(bool(x)) for x in update_in_place] or [0] * len(update_inputs)
+    if len(in_place) != len(update_inputs):
+        raise ValueError("update_in_place needs one entry per variable update")
     if any(b < 0 for b in temp_bytes):
         raise ValueError(f"negative temp size in {list(temp_bytes)}")
     for fn, rows, cost in steps:
@@ -137,11 +144,12 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         _array(TfjitStep, [TfjitStep(fn, rows, cost) for fn, rows, cost in steps]),
         _array(ctypes.c_char_p, message_bytes), message_bytes,
         _array(ctypes.c_int32, update_inputs),
+        _array(ctypes.c_int32, in_place),
     )
     struct = TfjitExecutable(n_in, buffers[0], n_out, buffers[1], buffers[2], buffers[3],
                              buffers[4], buffers[5], len(temp_bytes), buffers[6],
                              len(steps), buffers[7], len(messages), buffers[8],
-                             len(update_inputs), buffers[10])
+                             len(update_inputs), buffers[10], buffers[11])
     return Executable(struct, buffers, keepalive)
 
 
