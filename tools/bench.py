@@ -13,8 +13,9 @@ read bandwidth (a STREAM-like test: every core summing its share of a large
 array).  The machine may be shared and noisy: medians of many runs, nothing
 asserted.  Prints a markdown table (the README's table comes from here).
 
-The variants of a workload are timed round-robin (one call of each per round),
-so a change in the machine's load shifts every column alike.  An auto mode is
+The variants of a workload are timed round-robin (one call of each per round;
+20 calls in a row for the per-call latency row, which reports their mean), so a
+change in the machine's load shifts every column alike.  An auto mode is
 switched on around each call of its function only, outside the timed region:
 TensorFlow keys a function's instantiation by the session config in effect at
 the call (``global_jit_level`` among it), so a function called after its mode
@@ -44,18 +45,20 @@ def median_ms(fn, runs: int, warmup: int = 3) -> float:
 
 
 class Variant:
-    """A callable to time, with ``enter``/``exit`` run around each call, untimed."""
+    """A callable to time, with ``enter``/``exit`` run around each timing, untimed.
+    ``once()`` times ``repeat`` calls in a row and returns seconds per call."""
 
-    def __init__(self, fn, enter=None, exit=None):
-        self.fn, self.enter, self.exit = fn, enter, exit
+    def __init__(self, fn, enter=None, exit=None, repeat: int = 1):
+        self.fn, self.enter, self.exit, self.repeat = fn, enter, exit, repeat
 
     def once(self) -> float:
         if self.enter:
             self.enter()
         try:
             t = time.perf_counter()
-            _block(self.fn())
-            return time.perf_counter() - t
+            for _ in range(self.repeat):
+                _block(self.fn())
+            return (time.perf_counter() - t) / self.repeat
         finally:
             if self.exit:
                 self.exit()
@@ -117,14 +120,15 @@ def _set_tf_jit(level) -> None:
     context.context().function_call_options   # noqa: B018 - rebuilt on access
 
 
-def auto_clustered(fn, inputs, mode: str) -> Variant:
+def auto_clustered(fn, inputs, mode: str, repeat: int = 1) -> Variant:
     """``tf.function(fn)`` instantiated (at its first call) under an auto-clustering mode,
-    "xla" (TF's) or "tfjit", as a Variant that switches the mode on around each call:
+    "xla" (TF's) or "tfjit", as a Variant that switches the mode on around its calls:
     the rest of the process runs with both modes off."""
     from tfjit.api import autojit
     f = tf.function(fn)
     before = autojit.stats["graphs_clustered"]
-    variant = Variant(lambda: f(*inputs), lambda: _mode_on(mode), lambda: _mode_off(mode))
+    variant = Variant(lambda: f(*inputs), lambda: _mode_on(mode), lambda: _mode_off(mode),
+                      repeat)
     variant.once()
     if mode == "tfjit" and autojit.stats["graphs_clustered"] == before:
         print(f"note: tfjit auto mode found no cluster in {fn.__name__}", file=sys.stderr)
@@ -191,14 +195,15 @@ def main(argv=None) -> int:
         if args.only and name not in args.only:
             continue
         inputs = [tf.constant(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
-        runs = args.runs * (20 if name == "latency" else 1)
+        rep = 20 if name == "latency" else 1     # calls per timing: per-call latency, warm
         graph, xla = tf.function(fn), tf.function(fn, jit_compile=True)
         jit = tfjit.function(fn, jit_compile=True)
-        variants = {"graph": Variant(lambda: graph(*inputs)), "xla": Variant(lambda: xla(*inputs)),
-                    "jit": Variant(lambda: jit(*inputs)),
-                    "xla_auto": auto_clustered(fn, inputs, "xla"),
-                    "auto": auto_clustered(fn, inputs, "tfjit")}
-        times = time_ms(variants, runs)
+        variants = {"graph": Variant(lambda: graph(*inputs), repeat=rep),
+                    "xla": Variant(lambda: xla(*inputs), repeat=rep),
+                    "jit": Variant(lambda: jit(*inputs), repeat=rep),
+                    "xla_auto": auto_clustered(fn, inputs, "xla", rep),
+                    "auto": auto_clustered(fn, inputs, "tfjit", rep)}
+        times = time_ms(variants, args.runs)
         t = {k: float(np.median(v)) for k, v in times.items()}
 
         def cell(k):
