@@ -68,19 +68,28 @@ class Rule:
     fn: object
     dtypes: tuple
     half_in_f32: bool
+    tf_passes: int = 1
 
 
 RULES: dict[str, Rule] = {}
 
 
-def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False):
+def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1):
+    """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
+    (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
+    that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
-            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32)
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes)
         return fn
     return deco
+
+
+def multi_pass_ops() -> dict:
+    """{op: tf_passes} for every op whose TF kernel makes more than one pass."""
+    return {op: r.tf_passes for op, r in RULES.items() if r.tf_passes > 1}
 
 
 def refusal(node: Node) -> str | None:

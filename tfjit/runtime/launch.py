@@ -53,6 +53,7 @@ PASS_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int32,
     ctypes.c_void_p, ctypes.c_int64,                             # graph_def, len
     ctypes.c_int32, ctypes.c_int32,                              # is_function_graph, jit_level
+    ctypes.c_char_p,                                             # function_name
     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)            # result_ctx, error, error_len
 
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
@@ -271,18 +272,22 @@ def set_compile_callback(fn: Callable[..., Executable] | None) -> None:
     lib.c.TfjitSetCompileCallback(cb)
 
 
-def set_pass_callback(fn: Callable[[bytes, bool, int], bytes | None] | None) -> None:
-    """Registers the auto-clustering pass's ``fn(graph_def, is_function_graph, jit_level)``.
+def set_pass_callback(fn: Callable[[bytes, bool, int, str], bytes | None] | None) -> None:
+    """Registers the auto-clustering pass's
+    ``fn(graph_def, is_function_graph, jit_level, function_name)``.
 
-    ``fn`` returns the rewritten GraphDef's bytes, or None to leave the graph
-    as it is; an exception leaves the graph unclustered (the op library logs
-    it). ``None`` unregisters.
+    ``function_name`` names the function the graph was instantiated from ("" for a
+    Session graph). ``fn`` returns the rewritten GraphDef's bytes, or None to leave
+    the graph as it is; an exception leaves the graph unclustered (the op library
+    logs it). ``None`` unregisters.
     """
     lib = _lib()
 
-    def callback(data, size, is_function, jit_level, result_ctx, error, error_len):
+    def callback(data, size, is_function, jit_level, function_name, result_ctx, error,
+                 error_len):
         try:
-            out = fn(ctypes.string_at(data, size), bool(is_function), jit_level)
+            out = fn(ctypes.string_at(data, size), bool(is_function), jit_level,
+                     (function_name or b"").decode("utf-8", "replace"))
             if out is None:
                 return 0
             lib.c.TfjitPassResult(result_ctx, out, len(out))
