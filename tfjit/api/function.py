@@ -112,19 +112,20 @@ class _InTensorFlow:
 
 
 class Function:
-    """``fall_back=True`` (what Keras's ``jit_compile="auto"`` uses): must-compile, except
-    that a function tfjit cannot compile runs as a plain tf.function instead, said in one
-    log line, and a lazily compiled signature that fails runs the traced function (the
-    launch node carries it) instead of failing."""
+    """``fall_back`` (what Keras's ``jit_compile="auto"`` uses): must-compile, except that
+    a function tfjit cannot compile runs as a plain tf.function instead, said in one log
+    line (or passed to ``fall_back(message)`` when it is a callable), and a lazily
+    compiled signature that fails runs the traced function (the launch node carries it)
+    instead of failing.  ``reduce_retracing`` is passed to the tf.function that traces."""
 
     def __init__(self, fn, jit_compile=True, autograph: bool = True, name: str | None = None,
-                 *, fall_back: bool = False):
+                 *, fall_back=False, reduce_retracing: bool = False):
         if jit_compile not in (True, False, None):
             raise ValueError(f"jit_compile must be True, False or None, got {jit_compile!r}")
         self._fn = fn
         self.jit_compile = jit_compile
         self.fall_back = fall_back
-        self._tf = tf.function(fn, autograph=autograph)
+        self._tf = tf.function(fn, autograph=autograph, reduce_retracing=reduce_retracing)
         self._entries: dict = {}
         self._lock = threading.Lock()
         self.name = name or getattr(fn, "__name__", "fn")
@@ -174,7 +175,11 @@ class Function:
         if not self.fall_back:
             raise error
         if not any(isinstance(e, _InTensorFlow) for e in self._entries.values()):
-            log.info("tfjit: %s runs in TensorFlow: %s", self.name, error.message.replace("\n", " "))
+            line = f"tfjit: {self.name} runs in TensorFlow: " + error.message.replace("\n", " ")
+            if callable(self.fall_back):
+                self.fall_back(line)
+            else:
+                log.info("%s", line)
         return _InTensorFlow(error.message)
 
     def _must_compile(self, key, cf):
