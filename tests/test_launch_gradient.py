@@ -148,6 +148,19 @@ def test_tape_inside_an_outer_function_with_unknown_batch(rng):
     assert ops.count("TfjitLaunch") == 2, ops      # the forward and its backward
 
 
+def test_auto_clustered_functions_are_differentiable(rng):
+    def fn(x):
+        y = tf.exp(x) * 2.0 + tf.sin(x) * x - 1.0
+        y = tf.debugging.check_numerics(y, "y")          # stays in TensorFlow: two clusters
+        return tf.reduce_sum(tf.square(y) * 0.5 + y * x - tf.abs(y))
+
+    auto = tfjit.function(fn, jit_compile=None)
+    x = tf.constant(rng.standard_normal(10).astype(np.float32))
+    same(tape_gradients(auto, [x], [x], lambda y: y), tape_gradients(tf.function(fn), [x], [x],
+                                                                        lambda y: y))
+    assert len(auto.clusters(x)) == 2
+
+
 def test_a_cluster_that_assigns_a_variable_is_not_differentiable():
     v = tf.Variable([1.0, 2.0])
 
