@@ -94,7 +94,7 @@ def _emit_run_with_temps(module, prefix, steps, plan, output_bytes, layout, x86)
     args, results, temps = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n_in, n_out = plan.num_inputs, plan.num_outputs
-    bufs = b.bitcast(b.alloca(PTR, size=i64(plan.status_slot + 1), name="bufs"), PTR)
+    bufs = b.bitcast(b.alloca(PTR, size=i64(plan.device_slot + 1), name="bufs"), PTR)
     status_slot = b.alloca(I32, name="status")
     status_slot.align = ALIGN            # kernels see it as a noalias align-64 buffer too
     status = b.bitcast(status_slot, PTR)
@@ -135,6 +135,7 @@ def _emit_run_with_temps(module, prefix, steps, plan, output_bytes, layout, x86)
     for k, p in pointers:
         b.store(p, slot(k))
     b.store(status, slot(plan.status_slot))
+    b.store(null, slot(plan.device_slot))   # no thread pool: library calls run inline
 
     saved = _set_flush_denormals(b) if x86 else None
     exit_block = fn.append_basic_block("exit")

@@ -46,6 +46,15 @@ def _costly(i: Instr, inside: set) -> bool:
     return False
 
 
+def _uniform(i: Instr) -> bool:
+    """Do all elements of constant i have the same bits (so one register holds it)?"""
+    flat = i.value.reshape(-1)
+    if flat.size <= 1:
+        return flat.size == 1
+    bits = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool((bits == bits[0]).all())
+
+
 def _index_key(v):
     if v is ZERO:
         return 0
@@ -350,8 +359,8 @@ class KernelEmitter:
             in_dtype = i.operands[-1].dtype if op is not Op.CONVERT else i.operands[0].dtype
             return self.elemental.emit(op, in_dtype, i.dtype, args)
         if op is Op.CONSTANT:
-            if i.value.size == 1:
-                return const(i.dtype, i.value.reshape(()).item())
+            if _uniform(i):    # a folded broadcast of one value: a register constant
+                return const(i.dtype, i.value.reshape(-1)[0].item())
             return self._load_global(i, idx)
         if op is Op.IOTA:
             return self.elemental.convert(self._idx(idx[i.attrs["dim"]]), dt.I64, i.dtype)

@@ -14,7 +14,7 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tfjit.codegen import mathlib
+from tfjit.codegen import library, mathlib
 from tfjit.codegen.emitter import KernelEmitter
 
 _lock = threading.Lock()
@@ -72,8 +72,19 @@ def emit_module(name: str, fusions: list, plan) -> tuple:
     module.data_layout = str(target_machine().target_data)
     steps = []
     for n, f in enumerate(fusions):
-        steps += KernelEmitter(module, mathlib.emit, f, plan, f"{name}.k{n}").emit()
+        if f.kind == "library":
+            steps += library.emit(module, f, plan, f"{name}.k{n}")
+        else:
+            steps += KernelEmitter(module, mathlib.emit, f, plan, f"{name}.k{n}").emit()
     return module, steps
+
+
+def define_symbols(addresses: dict) -> None:
+    """Makes runtime-library functions (``{name: address}``) resolvable by the code
+    MCJIT loads from now on (process-wide, as the dynamic linker would)."""
+    with _lock:
+        for name, address in addresses.items():
+            llvm.add_symbol(name, address)
 
 
 def _optimise(mod) -> None:

@@ -92,6 +92,11 @@ def _fpu(fn):
     return lambda instr, vals: _flush(np.asarray(fn(*[_flush(v) for v in vals])))
 
 
+def _fpu_instr(fn):
+    """Like ``_fpu`` for an op that also reads its instruction's attributes."""
+    return lambda instr, vals: _flush(np.asarray(fn(instr, *[_flush(v) for v in vals])))
+
+
 def _in_f64(fn):
     """A float function computed in f64 and rounded once to the operand's type."""
     return lambda x: np.asarray(fn(x.astype(np.float64))).astype(x.dtype)
@@ -273,6 +278,32 @@ def _elementwise(fn):
     return lambda instr, vals: fn(*vals)
 
 
+# -- runtime-library ops: the same contractions, summed in a different order, so a
+# compiled result matches these within float tolerance, not bit for bit.
+
+def _dot(lhs, rhs, transpose_lhs, transpose_rhs):
+    a = np.swapaxes(lhs, -1, -2) if transpose_lhs else lhs
+    b = np.swapaxes(rhs, -1, -2) if transpose_rhs else rhs
+    return np.matmul(a, b)
+
+
+def _conv(x, w, strides, dilations, padding):
+    """NHWC x HWIO, explicit padding: a sum over the filter taps of strided views."""
+    n, h, wd, c = x.shape
+    kh, kw, _, o = w.shape
+    (sh, sw), (dh, dw), (top, bottom, left, right) = strides, dilations, padding
+    xp = np.zeros((n, h + top + bottom, wd + left + right, c), x.dtype)
+    xp[:, top:top + h, left:left + wd] = x
+    ho = (xp.shape[1] - (kh - 1) * dh - 1) // sh + 1
+    wo = (xp.shape[2] - (kw - 1) * dw - 1) // sw + 1
+    out = np.zeros((n, ho, wo, o), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            window = xp[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
+            out += np.tensordot(window, w[i, j], axes=([3], [0])).astype(x.dtype)
+    return out
+
+
 _UNARY_FPU = {
     Op.SIGN: _sign, Op.SQRT: np.sqrt, Op.EXP: np.exp, Op.EXPM1: np.expm1, Op.LOG: np.log,
     Op.LOG1P: np.log1p, Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
@@ -309,6 +340,10 @@ _EVAL = {
     Op.CONCAT: lambda instr, vals: np.concatenate(vals, axis=instr.attrs["dim"]),
     Op.REDUCE: _reduce,
     Op.ARGREDUCE: _argreduce,
+    Op.DOT: _fpu_instr(lambda instr, lhs, rhs: _dot(lhs, rhs, instr.attrs["transpose_lhs"],
+                                                    instr.attrs["transpose_rhs"])),
+    Op.CONV: _fpu_instr(lambda instr, x, w: _conv(x, w, instr.attrs["strides"],
+                                                  instr.attrs["dilations"], instr.attrs["padding"])),
 }
 _MISSING = set(Op) - set(_EVAL) - {Op.PARAMETER}
 assert not _MISSING, f"interpreter lacks {_MISSING}"

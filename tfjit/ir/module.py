@@ -18,6 +18,7 @@ from tfjit.ir.ops import COMPARISONS, Kind, Op, REDUCE_KINDS
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
 FOLD_MAX_ELEMENTS = 1 << 12   # constant-fold results up to this size while building
+LIBRARY_DTYPES = (dt.F32, dt.F64)   # what the runtime library computes in (runtime/linalg.cc)
 
 
 class IRError(ValueError):
@@ -205,6 +206,47 @@ class Module:
             return x
         shape = x.shape[:x.rank - ndims]
         return self._add(Instr(Op.REDUCE, x.dtype, shape, (x,), {"kind": kind, "ndims": ndims}))
+
+    def dot(self, lhs: Instr, rhs: Instr, transpose_lhs: bool = False,
+            transpose_rhs: bool = False) -> Instr:
+        """Matrix product of the trailing two dims; an optional leading batch dim may be 1
+        on one side (broadcast).  ``transpose_*``: the operand is stored transposed."""
+        if lhs.rank != rhs.rank or lhs.rank not in (2, 3) or lhs.dtype is not rhs.dtype \
+                or lhs.dtype not in LIBRARY_DTYPES:
+            raise IRError(f"dot of {lhs.dtype.name}{list(lhs.shape)} and "
+                          f"{rhs.dtype.name}{list(rhs.shape)}: needs two f32/f64 operands of rank 2 or 3")
+        m, k = lhs.shape[-2:][::-1] if transpose_lhs else lhs.shape[-2:]
+        k2, n = rhs.shape[-2:][::-1] if transpose_rhs else rhs.shape[-2:]
+        if k != k2:
+            raise IRError(f"dot: contracting sizes differ ({k} vs {k2})")
+        batch = ()
+        if lhs.rank == 3:
+            a, b = lhs.shape[0], rhs.shape[0]
+            if a != b and 1 not in (a, b):
+                raise IRError(f"dot: batch sizes {a} and {b} do not broadcast")
+            batch = (b if a == 1 else a,)
+        attrs = {"transpose_lhs": int(bool(transpose_lhs)), "transpose_rhs": int(bool(transpose_rhs))}
+        return self._add(Instr(Op.DOT, lhs.dtype, batch + (m, n), (lhs, rhs), attrs))
+
+    def convolution(self, x: Instr, w: Instr, strides, dilations, padding) -> Instr:
+        """2-D convolution: x NHWC, w HWIO, explicit zero ``padding`` (top, bottom, left,
+        right), filter ``dilations``; the result is NHWC."""
+        strides, dilations, padding = tuple(strides), tuple(dilations), tuple(padding)
+        if x.rank != 4 or w.rank != 4 or x.dtype is not w.dtype or x.dtype not in LIBRARY_DTYPES \
+                or x.shape[3] != w.shape[2] or len(strides) != 2 or len(dilations) != 2 \
+                or len(padding) != 4 or min(strides + dilations) < 1 or min(padding) < 0:
+            raise IRError(f"convolution of {x.dtype.name}{list(x.shape)} with "
+                          f"{w.dtype.name}{list(w.shape)} (strides {list(strides)}, dilations "
+                          f"{list(dilations)}, padding {list(padding)}) is invalid")
+        out = []
+        for d in range(2):
+            size = x.shape[1 + d] + padding[2 * d] + padding[2 * d + 1]
+            window = (w.shape[d] - 1) * dilations[d] + 1
+            if size < window:
+                raise IRError(f"convolution: window {window} exceeds the padded input {size}")
+            out.append((size - window) // strides[d] + 1)
+        attrs = {"strides": strides, "dilations": dilations, "padding": padding}
+        return self._add(Instr(Op.CONV, x.dtype, (x.shape[0], *out, w.shape[3]), (x, w), attrs))
 
     def argreduce(self, x: Instr, kind: str, dtype: dt.DType) -> Instr:
         """Index of the first max/min along the last dimension (NaN never wins, as TF)."""

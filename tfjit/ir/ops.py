@@ -11,6 +11,9 @@ treat it:
                   an index mapping, no arithmetic.
 * ``REDUCE``      result drops the trailing ``len(dims)`` dimensions of the
                   operand; lowering puts the reduced dimensions last.
+* ``LIBRARY``     computed by a call into the runtime library (runtime/linalg.cc),
+                  as XLA:CPU calls Eigen for dots and convolutions: operands and
+                  result are dense buffers in memory, never fused into a loop.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ class Kind(enum.Enum):
     ELEMENTWISE = "elementwise"
     MOVEMENT = "movement"
     REDUCE = "reduce"
+    LIBRARY = "library"
 
 
 class Op(enum.Enum):
@@ -83,6 +87,9 @@ class Op(enum.Enum):
     # reductions over the trailing dims
     REDUCE = ("reduce", Kind.REDUCE, 1)          # attrs: kind (sum|prod|max|min|and|or), ndims
     ARGREDUCE = ("argreduce", Kind.REDUCE, 1)    # attrs: kind (max|min); reduces the last dim
+    # runtime-library calls
+    DOT = ("dot", Kind.LIBRARY, 2)               # [B,]M,K x [B,]K,N; attrs: transpose_lhs/rhs
+    CONV = ("convolution", Kind.LIBRARY, 2)      # NHWC x HWIO; attrs: strides, dilations, padding
 
     def __init__(self, spelling: str, kind: Kind, arity: int):
         self.spelling = spelling

@@ -183,6 +183,10 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.concat(xs, a("dim"))
     elif op is Op.REDUCE:
         instr = m.reduce(xs[0], a("kind"), a("ndims"))
+    elif op is Op.DOT:
+        instr = m.dot(xs[0], xs[1], a("transpose_lhs", 0), a("transpose_rhs", 0))
+    elif op is Op.CONV:
+        instr = m.convolution(xs[0], xs[1], a("strides", ()), a("dilations", ()), a("padding", ()))
     else:
         instr = m.argreduce(xs[0], a("kind"), dtype)
     if instr in xs:          # e.g. a reshape to the same shape: builders return the operand

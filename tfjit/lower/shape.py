@@ -315,6 +315,11 @@ def _shape(ctx: LowerCtx):
     return _shape_constant(ctx, list(ctx.inputs[0].shape), _out_type(ctx))
 
 
+@register("ShapeN", dtypes=registry.ALL)
+def _shape_n(ctx: LowerCtx):
+    return [_shape_constant(ctx, list(x.shape), _out_type(ctx)) for x in ctx.inputs]
+
+
 @register("Size", dtypes=registry.ALL)
 def _size(ctx: LowerCtx):
     return _shape_constant(ctx, ctx.inputs[0].size, _out_type(ctx))

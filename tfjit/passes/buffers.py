@@ -1,7 +1,7 @@
 """Buffer assignment: where every value that lives in memory is stored.
 
 The launch op hands each kernel one pointer array, laid out as
-``[inputs..., outputs..., temps..., status]`` (see runtime/launch_op.cc).  This
+``[inputs..., outputs..., temps..., status, device]`` (see runtime/launch_op.cc).  This
 pass decides the slot of every parameter and kernel root, the scratch space of
 split reductions, and which outputs are plain copies of inputs (returned by the
 launch op without running any code).
@@ -26,6 +26,11 @@ class BufferPlan:
     @property
     def status_slot(self) -> int:
         return self.num_inputs + self.num_outputs + len(self.temp_bytes)
+
+    @property
+    def device_slot(self) -> int:
+        """The launch's thread pool, for runtime-library calls (null: run inline)."""
+        return self.status_slot + 1
 
 
 def assign(m: Module, fusions: list) -> BufferPlan:

@@ -8,7 +8,8 @@ XLA's HloCostAnalysis so numbers compare with ``jax...compile().cost_analysis()`
   (arithmetic, comparisons, select, convert), except the transcendental ones
   below; a reduction costs one per combined element (operand elements minus
   result elements); data movement (broadcast, reshape, transpose, slice, pad,
-  concatenate), parameters, constants and iota cost nothing.
+  concatenate), parameters, constants and iota cost nothing; a dot or
+  convolution costs two per multiply-add.
 * transcendentals: one per result element of exp, log, tanh, erf, pow, sqrt ...
   (``TRANSCENDENTAL``), counted apart as XLA does.
 * bytes: a kernel reads every buffer it reads (parameters, other kernels'
@@ -54,6 +55,8 @@ class KernelCost:
 
 def evaluated(f) -> list:
     """The instructions kernel ``f`` computes: its own plus the cheap ones it recomputes."""
+    if f.kind == "library":        # reads its operands from memory
+        return list(f.roots)
     inside = set(f.instrs)
     out, stack, seen = list(f.instrs), list(f.instrs), set(f.instrs)
     while stack:
@@ -73,7 +76,18 @@ def instr_cost(i) -> tuple:
         return (0, i.size) if i.op in TRANSCENDENTAL else (i.size, 0)
     if i.op.kind is Kind.REDUCE:
         return max(i.operands[0].size - i.size, 0), 0
+    if i.op.kind is Kind.LIBRARY:
+        return library_flops(i), 0
     return 0, 0
+
+
+def library_flops(i) -> int:
+    """A dot or convolution: two flops per multiply-add, as XLA counts them."""
+    if i.op is Op.DOT:
+        lhs = i.operands[0]
+        return 2 * i.size * (lhs.shape[-2] if i.attrs["transpose_lhs"] else lhs.shape[-1])
+    kh, kw, c, _ = i.operands[1].shape
+    return 2 * i.size * kh * kw * c
 
 
 def _nbytes(i) -> int:

@@ -9,11 +9,16 @@ consumers are in one kernel and that kernel can compute it; every "no" is
 recorded with a reason (``Fusion.notes``), in the spirit of XLA's
 FusionDecision.
 
-Two kernel kinds:
-* ``loop``   roots share one shape; a parallel loop over rows (all dims but the
-             last) and an inner, vectorisable loop over the last dim.
-* ``reduce`` roots are reductions of one operand shape; a parallel loop over
-             output elements and an inner loop over the reduced dims.
+Three kernel kinds:
+* ``loop``    roots share one shape; a parallel loop over rows (all dims but the
+              last) and an inner, vectorisable loop over the last dim.
+* ``reduce``  roots are reductions of one operand shape; a parallel loop over
+              output elements and an inner loop over the reduced dims.
+* ``library`` one runtime-library call (dot, convolution: ``Kind.LIBRARY``).  Its
+              operands must be dense buffers, so each is a parameter or a kernel
+              root of its own -- cheap values included, which are otherwise never
+              materialised -- seen through reshapes, which the call reads in place
+              (``aliases``: a row-major reshape does not move data).
 
 Cheap instructions (constants, iota, data movement of parameters) are never
 materialised: every kernel that needs them recomputes them from the source.
@@ -46,10 +51,13 @@ class Fusion:
     flat: bool = False              # loop kernel over the flattened shape (pure elementwise)
     split: int = 1                  # reduce kernel: chunks per output element (2 phases when > 1)
     column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
+    aliases: dict = dataclasses.field(default_factory=dict)   # library: reshape -> its operand
 
 
     @property
     def rows(self) -> int:
+        if self.kind == "library":
+            return 1
         if self.flat:
             return math.ceil(math.prod(self.shape) / FLAT_BLOCK)
         if self.column:
@@ -86,7 +94,7 @@ class _Builder:
         self.fusions: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
-        kind = "reduce" if root.op.kind is Kind.REDUCE else "loop"
+        kind = {Kind.REDUCE: "reduce", Kind.LIBRARY: "library"}.get(root.op.kind, "loop")
         if kind == "reduce":
             operand = root.operands[0]
             shape, outer = operand.shape, root.rank
@@ -129,12 +137,35 @@ class _Builder:
         return None
 
 
+def library_source(f: Fusion, x: Instr) -> Instr:
+    """The buffer a library kernel reads for its operand ``x`` (reshapes seen through)."""
+    while x in f.aliases:
+        x = f.aliases[x]
+    return x
+
+
 def fuse(m: Module) -> list:
     """Partitions the module's non-cheap instructions into kernels, in execution order."""
     b = _Builder(m)
     outputs = set(m.outputs)
     for i in reversed(m.instrs):
-        if i.op is Op.PARAMETER or (is_cheap(i) and i not in outputs):
+        if i.op is Op.PARAMETER:
+            continue
+        if i.op.kind is Kind.LIBRARY:
+            b.start(i, "a runtime-library call")
+            continue
+        library = {b.owner[u] for u in b.users[i] if b.owner.get(u) and b.owner[u].kind == "library"}
+        if library and i not in outputs and i.op is Op.RESHAPE and len(library) == 1 \
+                and all(b.owner.get(u) in library for u in b.users[i]):
+            (f,) = library
+            f.aliases[i] = i.operands[0]
+            b.owner[i] = f
+            f.notes.append(f"{i!r} is read in place by {f.name}: a reshape moves no data")
+            continue
+        if library:
+            b.start(i, "it is an operand of a runtime-library call (read from memory)")
+            continue
+        if is_cheap(i) and i not in outputs:
             continue
         if i in outputs:        # checked first: a cheap output's users may be cheap (no kernel)
             b.start(i, "it is a module output")
@@ -163,6 +194,8 @@ def fuse(m: Module) -> list:
 
 def reads(f: Fusion) -> set:
     """Instructions outside f whose memory f reads (params or other kernels' roots)."""
+    if f.kind == "library":
+        return {library_source(f, o) for o in f.roots[0].operands}
     inside = set(f.instrs)
     out, stack, seen = set(), list(f.instrs), set()
     while stack:
@@ -275,6 +308,8 @@ def _contiguous_along_output(f: Fusion) -> bool:
 
 
 def _choose_iteration(f: Fusion) -> None:
+    if f.kind == "library":
+        return
     if f.kind == "loop":
         if f.shape and math.prod(f.shape) > 0 and _flat_ok(f):
             f.flat = True

@@ -1,8 +1,9 @@
 """Runs an executable on numpy arrays in this process, without TensorFlow's op.
 
 A host-side twin of the TfjitLaunch kernel (launch_op.cc) for tools and tests:
-same buffer ABI (``[inputs..., outputs..., temps..., status]``), same step
-order, but single-threaded and without input forwarding.  Like launch.py it
+same buffer ABI (``[inputs..., outputs..., temps..., status, device]``; no
+device, so runtime-library calls run on this thread), same step order, but
+single-threaded and without input forwarding.  Like launch.py it
 must not import the compiler; it reads only the executable's plain data.
 
 Unlike TF's threads this one does not set MXCSR DAZ/FTZ, so kernels that rely
@@ -58,7 +59,7 @@ def run_executable(exe: Executable, inputs: list) -> list:
     status = aligned_empty(4).view(np.int32)
     status[0] = 0
     buffers = args + outputs + temps + [status]
-    bufs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
+    bufs = (ctypes.c_void_p * (len(buffers) + 1))(*[b.ctypes.data for b in buffers], None)
     for i in range(s.num_steps):
         step = s.steps[i]
         if step.rows > 0:

@@ -173,6 +173,19 @@ _load_lock = threading.Lock()
 _library: _Library | None = None
 
 
+def symbol_addresses(names) -> dict:
+    """``{name: address}`` of functions the op library exports (its runtime library,
+    linalg.cc), loading the library if needed; KeyError names a missing one."""
+    lib = _lib()
+    out = {}
+    for name in names:
+        try:
+            out[name] = ctypes.cast(getattr(lib.c, name), ctypes.c_void_p).value
+        except AttributeError:
+            raise KeyError(f"the tfjit op library ({lib.path}) does not export {name}") from None
+    return out
+
+
 def load(cache_root: str | None = None) -> None:
     """Builds (if needed) and loads the op library once; idempotent, thread-safe."""
     _lib(cache_root)

@@ -6,10 +6,12 @@
 //
 //   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
 //     bufs = [input_0..input_{n_in-1}, output_0..output_{n_out-1},
-//             temp_0..temp_{n_temp-1}, status]
+//             temp_0..temp_{n_temp-1}, status, device]
 //     status points to an int32_t, 0 at the start of each launch. On an error a
 //     kernel stores k > 0 (messages[k-1] describes it) and may return early; any
-//     thread may store it. A kernel is called on disjoint [row_begin, row_end)
+//     thread may store it. device is the launch's Eigen::ThreadPoolDevice (TF's
+//     intra-op pool), passed to the runtime library (linalg.cc) by kernels that
+//     call it. A kernel is called on disjoint [row_begin, row_end)
 //     ranges of [0, rows), possibly concurrently from several threads.
 //
 //   Resource variables: an input of dtype DT_RESOURCE is a variable. The op
@@ -58,11 +60,10 @@
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/util/work_sharder.h"
+#include "variables.h"
 
 extern "C" {
 typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
@@ -91,6 +92,8 @@ typedef int32_t (*TfjitCompileCallback)(
 namespace tensorflow {
 namespace {
 
+using tfjit::Variables;
+
 template <typename... Args>
 absl::Status Invalid(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
@@ -103,7 +106,6 @@ constexpr int64_t kInlineCost = 50000;
 // Fresh buffers at least this large get MADV_HUGEPAGE (THP is madvise-only).
 constexpr size_t kHugePageAdviceBytes = size_t{2} << 20;
 constexpr int kErrorLen = 4096;
-constexpr int32_t kVariableDtypeOffset = 100;   // TF's DT_*_REF numbering
 
 std::atomic<TfjitCompileCallback> g_callback{nullptr};
 std::atomic<int64_t> g_hits{0};
@@ -133,57 +135,6 @@ void AdviseHugePages(void* data, size_t bytes) {
     madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
   }
 }
-
-// The resource-variable inputs of one launch, looked up and locked for its
-// duration (in increasing mutex address order, as TF's own training ops).
-class Variables {
- public:
-  absl::Status Resolve(OpKernelContext* ctx) {
-    vars_.resize(ctx->num_inputs());
-    for (int i = 0; i < ctx->num_inputs(); ++i) {
-      if (ctx->input_dtype(i) != DT_RESOURCE) continue;
-      TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, i), &vars_[i]));
-      locked_.push_back(vars_[i]->mu());
-    }
-    std::sort(locked_.begin(), locked_.end());
-    locked_.erase(std::unique(locked_.begin(), locked_.end()), locked_.end());
-    if (static_cast<int>(locked_.size()) != NumVars()) {
-      return Invalid("tfjit: the same resource variable is passed to a TfjitLaunch twice");
-    }
-    for (mutex* mu : locked_) mu->lock();
-    for (int i = 0; i < ctx->num_inputs(); ++i) {
-      if (vars_[i] && !vars_[i]->is_initialized) uninitialized_ = i;
-    }
-    return absl::OkStatus();
-  }
-  ~Variables() { Unlock(); }
-  void Unlock() {
-    for (auto it = locked_.rbegin(); it != locked_.rend(); ++it) (*it)->unlock();
-    locked_.clear();
-  }
-  Var* var(int i) const { return i < static_cast<int>(vars_.size()) ? vars_[i].get() : nullptr; }
-  int uninitialized() const { return uninitialized_; }
-
-  // The tensor the kernels read for input i: the variable's value or the input.
-  const Tensor& value(OpKernelContext* ctx, int i) const {
-    Var* v = var(i);
-    return v != nullptr ? *v->tensor() : ctx->input(i);
-  }
-  int32_t signature_dtype(OpKernelContext* ctx, int i) const {
-    Var* v = var(i);
-    return v != nullptr ? v->tensor()->dtype() + kVariableDtypeOffset : ctx->input_dtype(i);
-  }
-
- private:
-  int NumVars() const {
-    int n = 0;
-    for (const auto& v : vars_) n += v ? 1 : 0;
-    return n;
-  }
-  std::vector<core::RefCountPtr<Var>> vars_;
-  std::vector<mutex*> locked_;
-  int uninitialized_ = -1;
-};
 
 class TfjitLaunchOp : public AsyncOpKernel {
  public:
@@ -440,7 +391,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
 
   absl::Status Run(OpKernelContext* ctx, const Variables& vars, const TfjitExecutable& exe) {
     const int n_in = exe.num_inputs, n_out = exe.num_outputs, n_tmp = exe.num_temps;
-    absl::InlinedVector<void*, 16> bufs(n_in + n_out + n_tmp + 1, nullptr);
+    absl::InlinedVector<void*, 16> bufs(n_in + n_out + n_tmp + 2, nullptr);
     for (int i = 0; i < n_in; ++i) bufs[i] = Data(vars.value(ctx, i));
     absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
     TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs.data() + n_in, &updates));
@@ -457,7 +408,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
       AdviseHugePages(data, exe.temp_bytes[t]);
     }
     alignas(64) int32_t status = 0;
-    bufs.back() = &status;
+    bufs[n_in + n_out + n_tmp] = &status;
+    bufs.back() = const_cast<Eigen::ThreadPoolDevice*>(&ctx->eigen_cpu_device());
     for (int s = 0; s < exe.num_steps && status == 0; ++s) {
       RunStep(ctx, exe.steps[s], bufs.data());
     }

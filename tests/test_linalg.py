@@ -1,0 +1,264 @@
+"""Dot and convolution ops (runtime-library calls), compiled by tfjit and run by TF.
+
+One table row per op x dtype x shape/attrs, each compiled with
+``tfjit.function(jit_compile=True)`` and compared with ``tf.function`` through
+``oracle.assert_matches``.  Sums are formed in a different order than TF's
+kernels (or, for depthwise convolution, by tfjit's own loops), so float
+tolerances scale with the contraction length.  Gradients go through
+``tf.GradientTape`` on both sides, so TF's own gradient graphs are compiled.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+
+R = tf.raw_ops
+DTYPES = {"f32": tf.float32, "f64": tf.float64, "f16": tf.float16, "bf16": tf.bfloat16}
+TOL = {"f32": (1e-4, 1e-4), "f64": (1e-10, 1e-10), "f16": (1e-2, 1e-2), "bf16": (5e-2, 5e-2)}
+
+
+def _array(rng, shape, dtype: str, special: bool = False) -> tf.Tensor:
+    x = rng.uniform(-1, 1, shape)
+    if special and x.size >= 3:
+        flat = x.reshape(-1)
+        flat[0], flat[1], flat[-1] = np.nan, np.inf, -np.inf
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bf16" else DTYPES[dtype].as_numpy_dtype
+    return tf.constant(x.astype(np_dtype))
+
+
+@dataclasses.dataclass
+class Case:
+    id: str
+    fn: Callable
+    shapes: tuple
+    dtypes: tuple = ("f32", "f64")
+    reference: Callable | None = None     # TF's function when it differs from fn (see below)
+    special: bool = False
+    scale: float = 1.0                    # tolerance multiplier (long contractions)
+
+
+def _grads(f, n_inputs=2):
+    """The gradients of sum(f(*xs)**2) with respect to every input."""
+    def g(*xs):
+        with tf.GradientTape() as tape:
+            tape.watch(xs[:n_inputs])
+            y = f(*xs)
+            loss = tf.reduce_sum(y * y)
+        return tape.gradient(loss, list(xs[:n_inputs]))
+    return g
+
+
+def _conv(stride, padding, dilation=1):
+    return lambda x, w: tf.nn.conv2d(x, w, stride, padding, dilations=dilation)
+
+
+def _explicit(x, w):
+    return R.Conv2D(input=x, filter=w, strides=[1, 2, 1, 1], padding="EXPLICIT",
+                    explicit_paddings=[0, 0, 1, 2, 0, 3, 0, 0])
+
+
+def _depthwise(stride, padding, dilation=1):
+    return lambda x, w: R.DepthwiseConv2dNative(input=x, filter=w, strides=[1, stride, stride, 1],
+                                                padding=padding, dilations=[1, dilation, dilation, 1])
+
+
+def _tf_depthwise(stride, padding, dilation):
+    # TF's own kernel has no dilation: tf.nn computes it with space-to-batch around it.
+    return lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, stride, stride, 1], padding,
+                                               dilations=[dilation, dilation])
+
+
+CASES = [
+    Case("MatMul", tf.matmul, ((7, 5), (5, 3)), ("f32", "f64", "f16", "bf16")),
+    Case("MatMul-specials", tf.matmul, ((6, 4), (4, 5)), special=True),
+    Case("MatMul-transpose_a", lambda a, b: tf.matmul(a, b, transpose_a=True), ((5, 7), (5, 3))),
+    Case("MatMul-transpose_b", lambda a, b: tf.matmul(a, b, transpose_b=True), ((7, 5), (3, 5))),
+    Case("MatMul-both", lambda a, b: tf.matmul(a, b, transpose_a=True, transpose_b=True),
+         ((5, 7), (3, 5))),
+    Case("MatMul-large", tf.matmul, ((130, 257), (257, 70)), scale=10),
+    Case("MatMul-k0", tf.matmul, ((4, 0), (0, 3))),
+    Case("MatMul-m0", tf.matmul, ((0, 4), (4, 3))),
+    Case("MatMul-vector", tf.matmul, ((1, 9), (9, 1))),
+    Case("MatMul-bias-relu", lambda a, b: tf.nn.relu(tf.matmul(a, b) + 0.25), ((33, 17), (17, 9))),
+    Case("MatMul-grads", _grads(tf.matmul), ((6, 5), (5, 4))),
+    Case("BatchMatMul", tf.matmul, ((3, 4, 5), (3, 5, 2)), ("f32", "f64", "bf16")),
+    Case("BatchMatMul-broadcast", tf.matmul, ((2, 3, 4, 5), (5, 6))),
+    Case("BatchMatMul-broadcast-batch", tf.matmul, ((2, 1, 4, 5), (1, 3, 5, 6))),
+    Case("BatchMatMul-adjoint", lambda a, b: tf.matmul(a, b, adjoint_a=True, adjoint_b=True),
+         ((2, 5, 4), (2, 6, 5))),
+    Case("BatchMatMul-grads", _grads(tf.matmul), ((2, 3, 4), (2, 4, 5))),
+    Case("Einsum-attention-scores", lambda q, k: tf.einsum("aecd,abcd->acbe", q, k),
+         ((2, 5, 3, 4), (2, 6, 3, 4))),
+    Case("Einsum-attention-values", lambda p, v: tf.einsum("acbe,aecd->abcd", p, v),
+         ((2, 3, 6, 5), (2, 5, 3, 4))),
+    Case("Einsum-dense", lambda x, w: tf.einsum("abc,cde->abde", x, w), ((2, 3, 4), (4, 5, 6))),
+    Case("Einsum-ellipsis", lambda x, w: tf.einsum("...ij,jk->...ik", x, w), ((2, 3, 4, 5), (5, 2))),
+    Case("Einsum-sum-unused", lambda x, w: tf.einsum("ijz,jk->ik", x, w), ((3, 4, 2), (4, 5))),
+    Case("Einsum-one-operand", lambda x: tf.einsum("ijk->kj", x), ((3, 4, 5),)),
+    Case("Einsum-dot", lambda x, y: tf.einsum("i,i->", x, y), ((7,), (7,))),
+    Case("Einsum-outer", lambda x, y: tf.einsum("i,j->ij", x, y), ((3,), (4,))),
+    Case("Einsum-grads", _grads(lambda x, w: tf.einsum("abc,cd->abd", x, w)), ((2, 3, 4), (4, 5))),
+]
+for _pad in ("SAME", "VALID"):
+    for _s, _d in ((1, 1), (2, 1), (1, 2), (3, 1)):
+        _k = f"{_pad}-s{_s}-d{_d}"
+        CASES.append(Case(f"Conv2D-{_k}", _conv(_s, _pad, _d), ((2, 9, 11, 3), (3, 3, 3, 5)),
+                          ("f32", "f64", "f16") if _s == _d == 1 else ("f32", "f64")))
+        CASES.append(Case(f"Depthwise-{_k}", _depthwise(_s, _pad, _d), ((2, 9, 11, 3), (3, 3, 3, 2)),
+                          reference=None if _d == 1 else _tf_depthwise(_s, _pad, _d)))
+        if _d == 1:    # TF's CPU kernels have no gradient for dilated convolutions
+            CASES.append(Case(f"Conv2D-grads-{_k}", _grads(_conv(_s, _pad)),
+                              ((2, 9, 11, 3), (3, 3, 3, 4)), scale=10))
+            CASES.append(Case(f"Depthwise-grads-{_k}", _grads(_depthwise(_s, _pad)),
+                              ((2, 9, 11, 3), (3, 3, 3, 2)), scale=10))
+CASES += [
+    Case("Conv2D-1x1", _conv(1, "VALID"), ((2, 5, 5, 8), (1, 1, 8, 4))),
+    Case("Conv2D-specials", _conv(1, "SAME"), ((1, 6, 6, 2), (3, 3, 2, 3)), special=True),
+    Case("Conv2D-explicit", _explicit, ((1, 7, 6, 2), (3, 2, 2, 3))),
+    Case("Conv2D-5x5-stride2", _conv(2, "SAME"), ((2, 12, 12, 4), (5, 5, 4, 6)), scale=5),
+    Case("Conv2D-grads-5x5-stride2", _grads(_conv(2, "SAME")), ((2, 12, 12, 3), (5, 5, 3, 4)),
+         scale=20),
+    Case("Conv2D-grads-explicit", _grads(_explicit), ((1, 7, 6, 2), (3, 2, 2, 3)), scale=10),
+    Case("Depthwise-multiplier", _depthwise(1, "SAME"), ((1, 6, 7, 4), (3, 3, 4, 3)),
+         ("f32", "f64", "f16", "bf16")),
+    Case("Depthwise-grads-multiplier", _grads(_depthwise(2, "SAME")), ((1, 7, 7, 3), (3, 3, 3, 2)),
+         scale=10),
+    Case("Depthwise-5x5", _depthwise(1, "SAME"), ((1, 8, 8, 4), (5, 5, 4, 1))),
+]
+
+
+def _params():
+    for c in CASES:
+        for d in c.dtypes:
+            yield pytest.param(c, d, id=f"{c.id}-{d}")
+
+
+@pytest.mark.parametrize("case,dtype", list(_params()))
+def test_against_tf(case: Case, dtype: str):
+    rng = np.random.default_rng(abs(hash(case.id)) % 2**32)
+    xs = [_array(rng, s, dtype, case.special) for s in case.shapes]
+    got = tfjit.function(case.fn)(*xs)
+    want = tf.function(case.reference or case.fn)(*xs)
+    rtol, atol = TOL[dtype]
+    for k, (g, w) in enumerate(zip(tf.nest.flatten(got), tf.nest.flatten(want))):
+        assert_matches(g.numpy(), w.numpy(), rtol=rtol * case.scale, atol=atol * case.scale,
+                       what=f"{case.id} output {k}")
+
+
+def test_matmul_epilogue_fuses_into_one_loop_kernel(rng):
+    a = tf.constant(rng.standard_normal((64, 32), dtype=np.float32))
+    b = tf.constant(rng.standard_normal((32, 48), dtype=np.float32))
+    bias = tf.constant(rng.standard_normal((48,), dtype=np.float32))
+    f = tfjit.function(lambda a, b, bias: tf.nn.gelu(tf.nn.bias_add(tf.matmul(a, b), bias), approximate=True))
+    assert_matches(f(a, b, bias).numpy(),
+                   tf.function(lambda a, b, bias: tf.nn.gelu(tf.nn.bias_add(tf.matmul(a, b), bias), approximate=True))(
+                       a, b, bias).numpy(), rtol=1e-4, atol=1e-5)
+    kinds = [fu.kind for fu in f.compiled(a, b, bias).fusions]
+    assert kinds == ["library", "loop"], kinds
+
+
+def test_library_operands_are_materialised_once_and_reshapes_read_in_place(rng):
+    x = tf.constant(rng.standard_normal((2, 3, 4, 8), dtype=np.float32))
+    w = tf.constant(rng.standard_normal((8, 5), dtype=np.float32))
+
+    def f(x, w):      # tanh is computed into a buffer; the reshape to [24, 8] moves nothing
+        return tf.matmul(tf.reshape(tf.tanh(x), [24, 8]), w)
+    jf = tfjit.function(f)
+    assert_matches(jf(x, w).numpy(), tf.function(f)(x, w).numpy(), rtol=1e-5, atol=1e-6)
+    fusions = jf.compiled(x, w).fusions
+    assert [fu.kind for fu in fusions] == ["loop", "library"]
+    assert any("read in place" in note for note in fusions[1].notes)
+
+
+def test_transposed_operand_of_a_parameter_is_materialised(rng):
+    # The dot reads memory: a transpose of a parameter (normally recomputed wherever it is
+    # used) becomes a kernel of its own.
+    x = tf.constant(rng.standard_normal((6, 4, 5), dtype=np.float32))
+    w = tf.constant(rng.standard_normal((6, 3), dtype=np.float32))
+    f = lambda x, w: tf.matmul(tf.reshape(tf.transpose(x, [1, 2, 0]), [20, 6]), w)   # noqa: E731
+    jf = tfjit.function(f)
+    assert_matches(jf(x, w).numpy(), tf.function(f)(x, w).numpy(), rtol=1e-5, atol=1e-6)
+    assert [fu.kind for fu in jf.compiled(x, w).fusions] == ["loop", "library"]
+
+
+def test_an_output_that_is_also_returned_twice(rng):
+    a = tf.constant(rng.standard_normal((4, 4), dtype=np.float32))
+    f = tfjit.function(lambda a: (tf.matmul(a, a), tf.identity(tf.matmul(a, a))))
+    x, y = f(a)
+    want = tf.matmul(a, a).numpy()
+    assert_matches(x.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert_matches(y.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_cost_analysis_counts_two_flops_per_multiply_add(rng):
+    f = tfjit.function(lambda a, b: tf.matmul(a, b))
+    cost = f.lower(tf.TensorSpec([8, 16], tf.float32), tf.TensorSpec([16, 4], tf.float32)) \
+        .compile().cost_analysis()
+    assert cost["flops"] == 2 * 8 * 16 * 4
+    assert cost["kernels"][0]["kind"] == "library"
+
+
+def test_interpreter_and_text_format_agree_with_compiled_code(rng):
+    from tfjit.ir import interp, text
+    from tfjit.runtime import host
+    x = tf.constant(rng.standard_normal((2, 6, 6, 3), dtype=np.float32))
+    w = tf.constant(rng.standard_normal((3, 3, 3, 4), dtype=np.float32))
+    f = tfjit.function(lambda x, w: tf.matmul(tf.reshape(_conv(2, "SAME")(x, w), [18, 4]),
+                                              tf.ones([4, 2])))
+    compiled = f.compiled(x, w)
+    module = text.parse_module(compiled.module_after)
+    assert text.module_str(module) == compiled.module_after
+    want = interp.evaluate(module, [x.numpy(), w.numpy()])[0]
+    got = host.run_compiled(compiled, [x.numpy(), w.numpy()])[0]
+    assert_matches(got, want, rtol=1e-5, atol=1e-5)
+    assert_matches(f(x, w).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("line,message", [
+    ("%d = f32[3,5] dot(%p0, %p0), transpose_lhs=0, transpose_rhs=0", "contracting sizes"),
+    ("%d = f32[1,1,1,1] convolution(%p0, %p0), strides={1,1}, dilations={1,1}, padding={0,0,0,0}",
+     "convolution of"),
+])
+def test_malformed_library_instructions_are_parse_errors(line, message):
+    from tfjit.ir import module as ir_module
+    from tfjit.ir import text
+    src = f"module m {{\n  %p0 = f32[3,4] parameter(0)\n  {line}\n  ROOT (%d)\n}}\n"
+    with pytest.raises(ir_module.IRError, match=message):
+        text.parse_module(src)
+
+
+def test_unsupported_forms_name_the_op():
+    x = tf.zeros([1, 4, 4, 2])
+    w = tf.zeros([2, 2, 1, 4])            # grouped convolution (2 groups)
+    f = tfjit.function(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Conv2D.*grouped"):
+        f(x, w)
+    g = tfjit.function(lambda a: tf.matmul(a, a))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"MatMul has no tfjit lowering for dtype int32"):
+        g(tf.ones([2, 2], tf.int32))
+
+
+def test_aot_refuses_library_calls_clearly(tmp_path):
+    from tfjit.aot import compile as aot
+    from tfjit.aot import config as aot_config
+    from tfjit.aot import frontend
+    with tf.Graph().as_default() as g:
+        a = tf.compat.v1.placeholder(tf.float32, [2, 3], name="a")
+        tf.matmul(a, tf.ones([3, 2]), name="out")
+    path = tmp_path / "g.pb"
+    path.write_bytes(g.as_graph_def().SerializeToString())
+    config = tmp_path / "c.pbtxt"
+    config.write_text('feed { id { node_name: "a" } shape { dim { size: 2 } dim { size: 3 } } }\n'
+                      'fetch { id { node_name: "out" } }\n')
+    cluster = frontend.from_graph_def(frontend.read_graph_def(str(path)),
+                                      aot_config.read(str(config)))
+    with pytest.raises(aot.AotError, match=r"dot.*does not link the runtime library"):
+        aot.compile_cluster(cluster, "m")

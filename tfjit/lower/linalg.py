@@ -1,0 +1,150 @@
+"""Lowerings of TF's matrix products: MatMul, BatchMatMul(V2/V3), Einsum.
+
+Each becomes one IR ``dot`` (a runtime-library call, runtime/linalg.cc) on
+operands arranged as ``[batch, rows, contraction]`` / ``[batch, contraction,
+cols]``; the rearranging transposes and reshapes are ordinary IR movement that
+fusion folds into the producers' kernels (or, for a reshape, reads in place).
+Transposed operands (``transpose_a``, ``adj_x``) are passed as flags, not moved.
+Half-precision operands compute in f32, as TF's CPU kernels accumulate in f32.
+"""
+from __future__ import annotations
+
+import math
+import string
+
+from tfjit import dtypes as dt
+from tfjit.ir.module import Instr, Module
+from tfjit.lower.registry import Unsupported, broadcast_shapes, register
+
+_DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
+
+
+@register("MatMul", dtypes=_DTYPES, half_in_f32=True)
+def _matmul(ctx):
+    a, b = ctx.inputs
+    if a.rank != 2 or b.rank != 2:
+        raise Unsupported(f"MatMul needs matrices, got ranks {a.rank} and {b.rank}")
+    return ctx.m.dot(a, b, bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b")))
+
+
+@register("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", dtypes=_DTYPES, half_in_f32=True)
+def _batch_matmul(ctx):
+    a, b = ctx.inputs
+    if ctx.node.op == "BatchMatMulV3":
+        out = ctx.attr("Tout")
+        if out is not None and out.ir is not ctx.attr("Ta").ir:
+            raise Unsupported("BatchMatMulV3 with an output type other than its inputs'")
+    if a.rank < 2 or b.rank < 2:
+        raise Unsupported(f"{ctx.node.op} needs rank >= 2 operands, got {a.rank} and {b.rank}")
+    if ctx.node.op == "BatchMatMul" and a.shape[:-2] != b.shape[:-2]:
+        raise Unsupported("BatchMatMul (v1) needs equal batch dimensions")
+    return batched_dot(ctx.m, a, b, bool(ctx.attr("adj_x")), bool(ctx.attr("adj_y")))
+
+
+def batched_dot(m: Module, a: Instr, b: Instr, ta: bool = False, tb: bool = False) -> Instr:
+    """``a @ b`` over broadcast leading batch dims (numpy's matmul), as one dot."""
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    rows, cols = (a.shape[-1] if ta else a.shape[-2]), (b.shape[-2] if tb else b.shape[-1])
+    if not batch:
+        return m.dot(a, b, ta, tb)
+    n = math.prod(batch)
+    out = m.dot(_as_batch(m, a, batch, n), _as_batch(m, b, batch, n), ta, tb)
+    return m.reshape(out, batch + (rows, cols))
+
+
+def _as_batch(m: Module, x: Instr, batch: tuple, n: int) -> Instr:
+    """x's batch dims flattened to one: [1, r, c] when it has no real batch (the dot
+    broadcasts it), else [n, r, c] (broadcast first if x has fewer batch elements)."""
+    own = x.shape[:-2]
+    if math.prod(own) == 1:
+        return m.reshape(x, (1,) + x.shape[-2:])
+    if own != batch:
+        aligned = (1,) * (len(batch) - len(own)) + own
+        x = m.broadcast(m.reshape(x, aligned + x.shape[-2:]), batch + x.shape[-2:],
+                        range(len(batch) + 2))
+    return m.reshape(x, (n,) + x.shape[-2:])
+
+
+# -- Einsum ---------------------------------------------------------------------------
+
+@register("Einsum", dtypes=_DTYPES, half_in_f32=True)
+def _einsum(ctx):
+    equation = ctx.attr("equation")
+    equation = equation.decode() if isinstance(equation, bytes) else str(equation)
+    inputs, out = _parse_equation(equation, [x.rank for x in ctx.inputs])
+    if len(inputs) == 1:
+        return _einsum_one(ctx.m, ctx.inputs[0], inputs[0], out)
+    if len(inputs) != 2:
+        raise Unsupported(f"Einsum with {len(inputs)} operands")
+    return _einsum_two(ctx.m, ctx.inputs, inputs, out)
+
+
+def _parse_equation(equation: str, ranks: list) -> tuple:
+    """(['ij', 'jk'], 'ik') with '...' expanded to letters no term uses."""
+    if "->" not in equation:
+        raise Unsupported(f"Einsum equation {equation!r} without '->' (implicit output)")
+    lhs, out = equation.replace(" ", "").split("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise Unsupported(f"Einsum equation {equation!r} names {len(terms)} operands, got {len(ranks)}")
+    spare = [c for c in string.ascii_letters if c not in equation]
+    ellipsis = ""
+    expanded = []
+    for term, rank in zip(terms, ranks):
+        if "..." in term:
+            k = rank - (len(term) - 3)
+            if k < 0:
+                raise Unsupported(f"Einsum term {term!r} is longer than its operand's rank {rank}")
+            if len(ellipsis) < k:
+                ellipsis = "".join(spare[:k])
+            term = term.replace("...", ellipsis[len(ellipsis) - k:])
+        if len(term) != rank or len(set(term)) != len(term):
+            raise Unsupported(f"Einsum term {term!r} does not match rank {rank} "
+                              "(repeated indices are not compiled)")
+        expanded.append(term)
+    out = out.replace("...", ellipsis)
+    if len(set(out)) != len(out) or any(c not in "".join(expanded) for c in out):
+        raise Unsupported(f"Einsum output {out!r} is invalid")
+    return expanded, out
+
+
+def _sum_unused(m: Module, x: Instr, term: str, keep: str) -> tuple:
+    """Sums away indices of x that neither the other operand nor the output use."""
+    drop = [c for c in term if c not in keep]
+    if not drop:
+        return x, term
+    kept = [c for c in term if c in keep]
+    x = m.transpose(x, [term.index(c) for c in kept + drop])
+    shape = x.shape
+    x = m.reshape(x, shape[:len(kept)] + (math.prod(shape[len(kept):]),))
+    return m.reduce(x, "sum", 1), "".join(kept)
+
+
+def _einsum_one(m: Module, x: Instr, term: str, out: str) -> Instr:
+    x, term = _sum_unused(m, x, term, out)
+    return m.transpose(x, [term.index(c) for c in out])
+
+
+def _einsum_two(m: Module, xs: list, terms: list, out: str) -> Instr:
+    (a, b), (ta, tb) = xs, terms
+    a, ta = _sum_unused(m, a, ta, tb + out)
+    b, tb = _sum_unused(m, b, tb, ta + out)
+    batch = [c for c in out if c in ta and c in tb]
+    contract = [c for c in ta if c in tb and c not in out]
+    rows = [c for c in out if c in ta and c not in tb]
+    cols = [c for c in out if c in tb and c not in ta]
+    size = {**dict(zip(ta, a.shape)), **dict(zip(tb, b.shape))}
+    for c in set(ta) & set(tb):
+        if dict(zip(ta, a.shape))[c] != dict(zip(tb, b.shape))[c]:
+            raise Unsupported(f"Einsum index {c!r} has different sizes in its operands")
+
+    def arrange(x, term, first, second):
+        x = m.transpose(x, [term.index(c) for c in batch + first + second])
+        dims = (math.prod(size[c] for c in batch), math.prod(size[c] for c in first),
+                math.prod(size[c] for c in second))
+        return m.reshape(x, dims)
+
+    product = m.dot(arrange(a, ta, rows, contract), arrange(b, tb, contract, cols))
+    product = m.reshape(product, tuple(size[c] for c in batch + rows + cols))
+    order = batch + rows + cols
+    return m.transpose(product, [order.index(c) for c in out])
