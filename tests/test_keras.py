@@ -245,7 +245,21 @@ def test_disable_gives_keras_its_own_xla_back():
     assert isinstance(find_step(model), tfjit.Function)
 
 
-_DENSE_OPS = ("MatMul", "TanhGrad", "GatherV2")
+@pytest.mark.skipif("MatMul" not in RULES, reason="MatMul is not lowered yet")
+def test_keras_dense_layers_without_bias_compile_with_matmul():
+    def make(jit):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, use_bias=False),
+                                  Softsign(), keras.layers.Dense(2, use_bias=False)])
+        model.compile(optimizer="adam", loss="mse", jit_compile=jit)
+        return model
+    x, y = data(16)
+    jit = make(True)
+    assert_same_training(run(jit, x, y), run(make(False), x, y))
+    assert_steps_compiled(jit)
+
+
+_DENSE_OPS = ("MatMul", "BiasAddGrad", "TanhGrad", "GatherV2")
 _MISSING_DENSE = [op for op in _DENSE_OPS if op not in RULES]
 
 

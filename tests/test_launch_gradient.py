@@ -44,6 +44,9 @@ CASES = {   # name: (fn, shapes of its float arguments for a batch of n); loss =
     "division_and_log": (lambda x, y: tf.math.log(x * x + 1.0) / (1.0 + tf.abs(y)),
                          lambda n: [(n,), (n,)]),
 }
+if "MatMul" in RULES:      # the runtime library's dot: its gradient is two more MatMuls
+    CASES["matmul"] = (lambda x, w: tf.matmul(x, w) / (1.0 + tf.abs(tf.matmul(x, w))),
+                       lambda n: [(n, 5), (5, 3)])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
