@@ -51,7 +51,7 @@ _lock = threading.RLock()
 _saved: dict | None = None            # (owner, name) -> original, while enabled
 _making = threading.local()           # .current = (model, kind) while Keras makes a step
 _auto = weakref.WeakKeyDictionary()   # model -> True: "auto" resolved by tfjit
-_steps = weakref.WeakKeyDictionary()  # model -> {kind: tfjit Function}
+_steps = weakref.WeakKeyDictionary()  # model -> {kind: weakref to its tfjit Function}
 _said = weakref.WeakKeyDictionary()   # model -> True: its fallback line was logged
 _warned = set()
 
@@ -62,7 +62,8 @@ def is_enabled() -> bool:
 
 def step_functions(model) -> dict:
     """{"train" | "test" | "predict": tfjit.Function} that tfjit made for ``model``."""
-    return dict(_steps.get(model, {}))
+    steps = {kind: ref() for kind, ref in _steps.get(model, {}).items()}
+    return {kind: step for kind, step in steps.items() if step is not None}
 
 
 class _TensorFlow:
@@ -85,18 +86,31 @@ class _TensorFlow:
             return self._module.function(func, **kwargs)
         model, kind = current
         if getattr(model, "_distribute_strategy", None) is not None:
-            if "strategy" not in _warned:
-                _warned.add("strategy")
-                log.warning("tfjit: Keras steps under a tf.distribute strategy are left to "
-                            "TensorFlow's XLA (tfjit does not compile collectives)")
+            _warn_once("strategy", "tfjit: Keras steps under a tf.distribute strategy are left "
+                       "to TensorFlow's XLA (tfjit does not compile collectives)")
+            return self._module.function(func, **kwargs)
+        unknown = sorted(set(kwargs) - _FUNCTION_OPTIONS)
+        if unknown:     # a Keras newer than this hook: do what it asks, with TF
+            _warn_once("options", f"tfjit: Keras asks tf.function for {unknown}; its steps are "
+                       "left to TensorFlow's XLA")
             return self._module.function(func, **kwargs)
         from tfjit.api.function import Function
         auto = _auto.get(model, False)
         step = Function(func, jit_compile=True, name=f"{model.name}.{kind}_step",
+                        autograph=kwargs.get("autograph", True),
                         fall_back=functools.partial(_fell_back, weakref.ref(model)) if auto else False,
                         reduce_retracing=bool(kwargs.get("reduce_retracing", False)))
-        _steps.setdefault(model, {})[kind] = step
+        _steps.setdefault(model, {})[kind] = weakref.ref(step)   # the model holds the step
         return step
+
+
+_FUNCTION_OPTIONS = frozenset({"jit_compile", "reduce_retracing", "autograph"})
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s", message)
 
 
 def _fell_back(model_ref, line: str) -> None:
