@@ -73,6 +73,10 @@ class Fallback(Exception):
         self.remember = remember
 
 
+class CompileError(Exception):
+    """Raised by a compile callback: the op fails with exactly this message (no type prefix)."""
+
+
 _FALLBACK_ONCE, _FALLBACK_ALWAYS = 2, 3
 
 
@@ -246,6 +250,9 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
         except Fallback as e:
             _write_error(error, error_len, str(e))
             return _FALLBACK_ALWAYS if e.remember else _FALLBACK_ONCE
+        except CompileError as e:
+            _write_error(error, error_len, str(e))
+            return 1
         except BaseException as e:  # noqa: BLE001 - must never escape into C
             try:
                 _write_error(error, error_len, f"{type(e).__name__}: {e}")
@@ -308,10 +315,15 @@ def set_pass_callback(fn: Callable[[bytes, bool, int, str], bytes | None] | None
 # -- Running ----------------------------------------------------------------
 
 def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
-           output_shapes: list, name: str | None = None) -> list:
-    """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs."""
+           output_shapes: list, fallback=None, name: str | None = None) -> list:
+    """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs.
+
+    ``fallback``: a function (e.g. a ConcreteFunction, added to the graph) that takes
+    the same inputs and returns the same outputs: the node can then run it instead of
+    compiled code (the compile callback decides, per signature)."""
     return _lib().ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
                                    cluster_def=cluster_def, output_shapes=output_shapes,
+                                   fallback=[fallback] if fallback is not None else [],
                                    name=name)
 
 
