@@ -4,124 +4,111 @@ Each rule is the formula of TF's CPU functor, operation by operation and in
 the same order (relu_op_functor.h, softplus_op.h, cwise_ops_gradients.h), so
 NaN/inf propagation and the sign of zero follow TF: ReluGrad multiplies by the
 0/1 mask ``features > 0`` (an inf gradient where features <= 0 gives NaN),
-while LeakyReluGrad, EluGrad and SeluGrad select.  Where TF's scalar and
-vector code differ in the order of multiplications, the vector (bulk) order is
-used.  The sqrt/rsqrt/reciprocal gradients return +0 where the incoming
-gradient is 0, as TF's ``mul_no_nan`` does (0 * inf is 0 there, not NaN).
+while LeakyReluGrad, EluGrad and SeluGrad select.  Where TF's scalar code
+(the last few elements of a tensor) and its vector code (all others) differ
+in the order of operations, the vector order is used.  The sqrt/rsqrt/
+reciprocal gradients return +0 where the incoming gradient is 0, as TF's
+``mul_no_nan`` does (0 * inf is 0 there, not NaN).  Half types round after
+every operation, as TF's do (``halfmath.Arith``).
 """
 from __future__ import annotations
 
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import FLOATS, Unsupported, register, scalar_like
+from tfjit.lower.halfmath import Arith
+from tfjit.lower.registry import FLOATS, NUMERIC, Unsupported, register
 
 SELU_SCALE = 1.0507009873554804934193349852946
 SELU_SCALE_ALPHA = 1.7580993408473768599402175208123
 
 
-def _same_shape(ctx):
-    a, b = ctx.inputs[:2]
-    if a.shape != b.shape:
-        raise Unsupported(f"{ctx.node.op}: inputs differ in shape: {list(a.shape)} vs {list(b.shape)}")
-    return a, b
+def _grad_rule(*ops: str, dtypes=FLOATS):
+    """Registers ``body(a, first, second, ctx)`` for ops taking two same-shaped
+    tensors; ``a`` is the node's ``Arith``, the inputs are loaded into it."""
+    def deco(body):
+        def rule(ctx):
+            first, second = ctx.inputs[:2]
+            if first.shape != second.shape:
+                raise Unsupported(f"{ctx.node.op}: inputs differ in shape: {list(first.shape)} vs "
+                                  f"{list(second.shape)}")
+            a = Arith(ctx.m, ctx.dtype)
+            return a.store(body(a, a.load(first), a.load(second), ctx))
+        register(*ops, dtypes=dtypes)(rule)
+        return body
+    return deco
 
 
-def _mask(m, pred, like):
+def _mask(a: Arith, pred, like):
     """The 0/1 value of ``pred`` in ``like``'s type (Eigen's bool -> T cast)."""
-    return m.convert(pred, like.dtype)
+    return a.m.convert(pred, like.dtype)
 
 
-@register("ReluGrad", half_in_f32=True)
-def _relu_grad(ctx):
-    m = ctx.m
-    g, f = _same_shape(ctx)
-    return m.elementwise(Op.MUL, g, _mask(m, m.elementwise(Op.GT, f, scalar_like(m, 0, f)), g))
+@_grad_rule("ReluGrad", dtypes=NUMERIC)
+def _relu_grad(a, g, f, ctx):
+    return a.op(Op.MUL, g, _mask(a, a.op(Op.GT, f, a.like(0, f)), g))
 
 
-@register("Relu6Grad", half_in_f32=True)
-def _relu6_grad(ctx):
-    m = ctx.m
-    g, f = _same_shape(ctx)
-    inside = m.elementwise(Op.AND, m.elementwise(Op.GT, f, scalar_like(m, 0, f)),
-                           m.elementwise(Op.LT, f, scalar_like(m, 6, f)))
-    return m.elementwise(Op.MUL, g, _mask(m, inside, g))
+@_grad_rule("Relu6Grad", dtypes=NUMERIC)
+def _relu6_grad(a, g, f, ctx):
+    inside = a.op(Op.AND, a.op(Op.GT, f, a.like(0, f)), a.op(Op.LT, f, a.like(6, f)))
+    return a.op(Op.MUL, g, _mask(a, inside, g))
 
 
-@register("LeakyReluGrad", dtypes=FLOATS, half_in_f32=True)
-def _leaky_relu_grad(ctx):
-    m = ctx.m
-    g, f = _same_shape(ctx)
-    alpha = float(ctx.attr("alpha", 0.2))
-    scaled = m.elementwise(Op.MUL, g, scalar_like(m, alpha, g))
-    return m.elementwise(Op.SELECT, m.elementwise(Op.GT, f, scalar_like(m, 0, f)), g, scaled)
+@_grad_rule("LeakyReluGrad")
+def _leaky_relu_grad(a, g, f, ctx):
+    scaled = a.op(Op.MUL, g, a.like(float(ctx.attr("alpha", 0.2)), g))
+    return a.op(Op.SELECT, a.op(Op.GT, f, a.like(0, f)), g, scaled)
 
 
-@register("EluGrad", dtypes=FLOATS, half_in_f32=True)
-def _elu_grad(ctx):
+@_grad_rule("EluGrad")
+def _elu_grad(a, g, y, ctx):
     """Inputs: gradients, the Elu's *outputs*."""
-    m = ctx.m
-    g, y = _same_shape(ctx)
-    negative = m.elementwise(Op.MUL, m.elementwise(Op.ADD, y, scalar_like(m, 1, y)), g)
-    return m.elementwise(Op.SELECT, m.elementwise(Op.LT, y, scalar_like(m, 0, y)), negative, g)
+    negative = a.op(Op.MUL, a.op(Op.ADD, y, a.like(1, y)), g)
+    return a.op(Op.SELECT, a.op(Op.LT, y, a.like(0, y)), negative, g)
 
 
-@register("SeluGrad", dtypes=FLOATS, half_in_f32=True)
-def _selu_grad(ctx):
+@_grad_rule("SeluGrad")
+def _selu_grad(a, g, y, ctx):
     """Inputs: gradients, the Selu's *outputs*."""
-    m = ctx.m
-    g, y = _same_shape(ctx)
-    negative = m.elementwise(Op.MUL, g, m.elementwise(Op.ADD, y, scalar_like(m, SELU_SCALE_ALPHA, y)))
-    positive = m.elementwise(Op.MUL, g, scalar_like(m, SELU_SCALE, g))
-    return m.elementwise(Op.SELECT, m.elementwise(Op.LT, y, scalar_like(m, 0, y)), negative, positive)
+    negative = a.op(Op.MUL, g, a.op(Op.ADD, y, a.like(SELU_SCALE_ALPHA, y)))
+    positive = a.op(Op.MUL, g, a.like(SELU_SCALE, g))
+    return a.op(Op.SELECT, a.op(Op.LT, y, a.like(0, y)), negative, positive)
 
 
-@register("SoftplusGrad", dtypes=FLOATS, half_in_f32=True)
-def _softplus_grad(ctx):
-    m = ctx.m
-    g, f = _same_shape(ctx)
-    denominator = m.elementwise(Op.ADD, m.elementwise(Op.EXP, m.elementwise(Op.NEG, f)), scalar_like(m, 1, f))
-    return m.elementwise(Op.DIV, g, denominator)
+@_grad_rule("SoftplusGrad")
+def _softplus_grad(a, g, f, ctx):
+    denominator = a.op(Op.ADD, a.op(Op.EXP, a.op(Op.NEG, f)), a.like(1, f))
+    return a.op(Op.DIV, g, denominator)
 
 
 # -- gradients written in terms of the forward op's output y and dy -------------
 
-@register("SigmoidGrad", dtypes=FLOATS, half_in_f32=True)
-def _sigmoid_grad(ctx):
-    m = ctx.m
-    y, dy = _same_shape(ctx)
-    return m.elementwise(Op.MUL, dy, m.elementwise(Op.MUL, y, m.elementwise(Op.SUB, scalar_like(m, 1, y), y)))
+@_grad_rule("SigmoidGrad")
+def _sigmoid_grad(a, y, dy, ctx):
+    return a.op(Op.MUL, dy, a.op(Op.MUL, y, a.op(Op.SUB, a.like(1, y), y)))
 
 
-@register("TanhGrad", dtypes=FLOATS, half_in_f32=True)
-def _tanh_grad(ctx):
-    m = ctx.m
-    y, dy = _same_shape(ctx)
-    return m.elementwise(Op.MUL, dy, m.elementwise(Op.SUB, scalar_like(m, 1, y), m.elementwise(Op.MUL, y, y)))
+@_grad_rule("TanhGrad")
+def _tanh_grad(a, y, dy, ctx):
+    return a.op(Op.MUL, dy, a.op(Op.SUB, a.like(1, y), a.op(Op.MUL, y, y)))
 
 
-def _no_nan_mul(m, a, b):
-    """TF's mul_no_nan: +0 where ``b`` is 0, else a * b."""
-    zero = scalar_like(m, 0, b)
-    return m.elementwise(Op.SELECT, m.elementwise(Op.EQ, b, zero), zero, m.elementwise(Op.MUL, a, b))
+def _no_nan_mul(a, x, y):
+    """TF's mul_no_nan: +0 where ``y`` is 0, else x * y."""
+    zero = a.like(0, y)
+    return a.op(Op.SELECT, a.op(Op.EQ, y, zero), zero, a.op(Op.MUL, x, y))
 
 
-@register("SqrtGrad", dtypes=FLOATS, half_in_f32=True)
-def _sqrt_grad(ctx):
-    m = ctx.m
-    y, dy = _same_shape(ctx)
-    return _no_nan_mul(m, m.elementwise(Op.DIV, scalar_like(m, 0.5, y), y), dy)
+@_grad_rule("SqrtGrad")
+def _sqrt_grad(a, y, dy, ctx):
+    return _no_nan_mul(a, a.op(Op.DIV, a.like(0.5, y), y), dy)
 
 
-@register("RsqrtGrad", dtypes=FLOATS, half_in_f32=True)
-def _rsqrt_grad(ctx):
-    m = ctx.m
-    y, dy = _same_shape(ctx)
-    factor = m.elementwise(Op.MUL, scalar_like(m, -0.5, y), m.elementwise(Op.MUL, y, y))
-    return _no_nan_mul(m, factor, _no_nan_mul(m, y, dy))
+@_grad_rule("RsqrtGrad")
+def _rsqrt_grad(a, y, dy, ctx):
+    factor = a.op(Op.MUL, a.like(-0.5, y), a.op(Op.MUL, y, y))
+    return _no_nan_mul(a, factor, _no_nan_mul(a, y, dy))
 
 
-@register("ReciprocalGrad", "InvGrad", dtypes=FLOATS, half_in_f32=True)
-def _reciprocal_grad(ctx):
-    m = ctx.m
-    y, dy = _same_shape(ctx)
-    return _no_nan_mul(m, m.elementwise(Op.NEG, m.elementwise(Op.MUL, y, y)), dy)
-
+@_grad_rule("ReciprocalGrad", "InvGrad")
+def _reciprocal_grad(a, y, dy, ctx):
+    return _no_nan_mul(a, a.op(Op.NEG, a.op(Op.MUL, y, y)), dy)

@@ -32,9 +32,8 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
+from tfjit.lower.halfmath import Arith
 from tfjit.lower.registry import FLOATS, NUMERIC, LowerCtx, Unsupported, register
-
-HALVES = (dt.F16, dt.BF16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,30 +166,6 @@ def _either(m: Module, a, b):
     return m.elementwise(Op.OR, a, b)
 
 
-class Arith:
-    """Elementwise arithmetic of one rule, rounding after every operation to
-    ``dtype`` when it is a half type (Eigen's half and bfloat16 do)."""
-
-    def __init__(self, m: Module, dtype: dt.DType):
-        self.m, self.dtype = m, dtype
-        self.compute = dtype.compute
-
-    def load(self, x: Instr) -> Instr:
-        return self.m.convert(x, self.compute)
-
-    def store(self, x: Instr) -> Instr:
-        return self.m.convert(x, self.dtype)
-
-    def op(self, op: Op, *xs: Instr) -> Instr:
-        r = self.m.elementwise(op, *xs)
-        if self.dtype in HALVES:
-            r = self.m.convert(self.m.convert(r, self.dtype), self.compute)
-        return r
-
-    def full(self, value, shape: tuple) -> Instr:
-        return self.m.broadcast(self.m.scalar(value, self.compute), shape, ())
-
-
 # -- forward pools ---------------------------------------------------------------
 
 def _lowest(d: dt.DType):
@@ -202,7 +177,7 @@ def max_pool(m: Module, x: Instr, dims: list) -> Instr:
     lowest = _lowest(x.dtype)
     padded = _padded(m, a.load(x), dims, lowest)
     shape = _out_shape(dims)
-    best = a.full(lowest, shape)
+    best = a.const(lowest, shape)
     for d in offsets(dims):
         v = _window(m, padded, dims, d)
         best = m.elementwise(Op.SELECT, m.elementwise(Op.GT, v, best), v, best)
@@ -227,7 +202,7 @@ def _avg_pool(ctx: LowerCtx):
     a = Arith(m, x.dtype)
     shape = _out_shape(dims)
     padded = _padded(m, a.load(x), dims, 0)
-    total = a.full(0, shape)
+    total = a.const(0, shape)
     for d in offsets(dims):
         total = a.op(Op.ADD, total, _window(m, padded, dims, d))
     count = m.broadcast(m.constant(window_counts(dims), a.compute), shape, range(len(shape)))
@@ -252,7 +227,7 @@ def scatter_windows(a: Arith, dims: list, term) -> Instr:
     phases = {}
     for r in itertools.product(*[range(dm.s) for dm in dims]):
         members = [d for d in offsets(dims) if all(di % dm.s == ri for di, dm, ri in zip(d, dims, r))]
-        acc = a.full(0, grid)
+        acc = a.const(0, grid)
         for d in reversed(members):           # increasing output index = decreasing offset
             j = [(di - ri) // dm.s for di, ri, dm in zip(d, r, dims)]
             t = term(d)
@@ -287,7 +262,7 @@ def first_max_offsets(m: Module, x: Instr, dims: list) -> Instr:
     shape = _out_shape(dims)
     padded = _padded(m, a.load(x), dims, 0)
     seen = np.zeros([1] * len(dims), bool)            # outputs that have taken an offset
-    best, where = a.full(0, shape), None
+    best, where = a.const(0, shape), None
     for flat, d in enumerate(offsets(dims)):
         valid = _valid_mask(dims, d)
         first, later = _static(m, valid & ~seen, shape), _static(m, valid & seen, shape)
@@ -311,7 +286,7 @@ def max_pool_grad(m: Module, x: Instr, grad: Instr, dims: list) -> Instr:
     where = first_max_offsets(m, x, dims)
     a = Arith(m, grad.dtype)
     g = a.load(grad)
-    zero = a.full(0, g.shape)
+    zero = a.const(0, g.shape)
     flat = {d: k for k, d in enumerate(offsets(dims))}
 
     def term(d):
