@@ -31,7 +31,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
-from tfjit.ir.ops import Op
+from tfjit.ir.ops import Kind, Op
 from tfjit.lower.halfmath import Arith
 from tfjit.lower.registry import FLOATS, NUMERIC, LowerCtx, Unsupported, register
 
@@ -80,9 +80,11 @@ def pool_dims(ctx: LowerCtx, shape: tuple, ksize: list, strides: list) -> list:
             out = -(-n // s)
             lo = max((out - 1) * s + k - n, 0) // 2
         elif padding == b"VALID":
-            if n < k:
-                raise Unsupported(f"{op}: computed output size would be negative: input {n}, window {k}")
-            out, lo = (n - k) // s + 1, 0
+            span = n - k + s                   # C++ division: truncates toward zero
+            out, lo = (span // s if span >= 0 else -(-span // s)), 0
+            if out < 0:
+                raise Unsupported(f"{op}: computed output size would be negative: input {n}, window {k}, "
+                                  f"stride {s}")
         elif padding == b"EXPLICIT" and len(explicit) == 2 * rank:
             lo, hi = int(explicit[2 * i]), int(explicit[2 * i + 1])
             if lo < 0 or hi < 0 or lo >= k or hi >= k or n + lo + hi < k:
@@ -120,33 +122,34 @@ def _window(m: Module, padded: Instr, dims: list, d: tuple) -> Instr:
     return m.slice(padded, list(d), list(_out_shape(dims)), [dm.s for dm in dims])
 
 
-def _static(m: Module, mask: np.ndarray, shape: tuple):
-    """A compile-time mask over the output: a Python bool when uniform, else a constant."""
-    if mask.all():
-        return True
-    if not mask.any():
-        return False
-    return m.broadcast(m.constant(mask, dt.PRED), shape, range(len(shape)))
-
-
-def _per_dim(dims: list, values) -> np.ndarray:
-    """The outer product of one vector per dim, shaped [out or 1 per dim]: a
-    vector that is the same for every output becomes a size-1 dim."""
-    out = np.ones([1] * len(dims), np.result_type(*[np.asarray(v).dtype for v in values]))
-    for i, v in enumerate(values):
+def _along_dims(m: Module, vectors: list, shape: tuple, op: Op, dtype: dt.DType):
+    """The product (``op``: AND or MUL) over dims of one 1-D vector per dim, each
+    broadcast along its dim: a compile-time value over the output built from
+    small constants (an outer product as one constant would be O(H*W)).
+    Uniform vectors fold into a Python value: True/False, or a number."""
+    parts, uniform = [], (True if op is Op.AND else 1)
+    for i, v in enumerate(vectors):
         v = np.asarray(v)
-        if v.size and not (v == v.flat[0]).all():
-            shape = [1] * len(dims)
-            shape[i] = v.size
-            out = out * v.reshape(shape)
-        elif v.size:
-            out = out * v.flat[0]
+        if v.size == 0 or (v == v.flat[0]).all():
+            if v.size:
+                uniform = (uniform and bool(v.flat[0])) if op is Op.AND else uniform * v.flat[0]
+            continue
+        parts.append(m.broadcast(m.constant(v, dtype), shape, (i,)))
+    if op is Op.AND and not uniform:
+        return False
+    if not parts:
+        return uniform
+    out = parts[0]
+    for p in parts[1:]:
+        out = m.elementwise(op, out, p)
+    if op is Op.MUL and uniform != 1:
+        out = m.elementwise(Op.MUL, out, m.broadcast(m.scalar(uniform, dtype), shape, ()))
     return out
 
 
-def _valid_mask(dims: list, d: tuple) -> np.ndarray:
-    """In-bounds outputs at window offset d."""
-    return _per_dim(dims, [dm.valid(di) for dm, di in zip(dims, d)])
+def _first_valid(dm: Dim) -> np.ndarray:
+    """Per output along one dim: the first window offset that is in bounds."""
+    return np.maximum(dm.lo - np.arange(dm.out) * dm.s, 0)
 
 
 def _both(m: Module, a, b):
@@ -156,6 +159,10 @@ def _both(m: Module, a, b):
     if a is True or b is True:
         return b if a is True else a
     return m.elementwise(Op.AND, a, b)
+
+
+def _negate(m: Module, a):
+    return (not a) if isinstance(a, bool) else m.elementwise(Op.NOT, a)
 
 
 def _either(m: Module, a, b):
@@ -190,9 +197,11 @@ def _max_pool(ctx: LowerCtx):
     return max_pool(ctx.m, x, pool_dims(ctx, x.shape, *_window_attrs(ctx, 1)))
 
 
-def window_counts(dims: list) -> np.ndarray:
-    """In-bounds elements per output window, shaped [out or 1 per dim]."""
-    return _per_dim(dims, [sum(dm.valid(d).astype(np.int64) for d in range(dm.k)) for dm in dims])
+def window_counts(m: Module, dims: list, dtype: dt.DType):
+    """In-bounds elements per output window (a product over dims), in ``dtype``."""
+    per_dim = [sum(dm.valid(d).astype(np.int64) for d in range(dm.k)) for dm in dims]
+    count = _along_dims(m, per_dim, _out_shape(dims), Op.MUL, dtype)
+    return count if isinstance(count, Instr) else m.broadcast(m.scalar(count, dtype), _out_shape(dims), ())
 
 
 @register("AvgPool", dtypes=FLOATS)
@@ -205,7 +214,7 @@ def _avg_pool(ctx: LowerCtx):
     total = a.const(0, shape)
     for d in offsets(dims):
         total = a.op(Op.ADD, total, _window(m, padded, dims, d))
-    count = m.broadcast(m.constant(window_counts(dims), a.compute), shape, range(len(shape)))
+    count = window_counts(m, dims, a.compute)
     return a.store(a.op(Op.DIV, total, count))
 
 
@@ -252,6 +261,20 @@ def _materialize(m: Module, x: Instr) -> Instr:
     return m.reduce(m.reshape(x, x.shape + (1,)), "max", 1)
 
 
+def _computed(x: Instr) -> bool:
+    """Is x arithmetic (not a parameter or constant seen through movement ops)?"""
+    while x.op.kind is Kind.MOVEMENT:
+        x = x.operands[0]
+    return x.op.kind in (Kind.ELEMENTWISE, Kind.REDUCE)
+
+
+def incoming_gradient(m: Module, g: Instr) -> Instr:
+    """The gradient a scatter reads at k²/s² shifted positions, computed once by a
+    kernel of its own when it is arithmetic (fused in, it would be recomputed at
+    every position: k²/s² times the work and the code)."""
+    return _materialize(m, g) if _computed(g) else g
+
+
 def first_max_offsets(m: Module, x: Instr, dims: list) -> Instr:
     """Per output: the flat window offset TF's MaxPoolGrad routes the gradient to.
 
@@ -261,12 +284,11 @@ def first_max_offsets(m: Module, x: Instr, dims: list) -> Instr:
     a = Arith(m, x.dtype)
     shape = _out_shape(dims)
     padded = _padded(m, a.load(x), dims, 0)
-    seen = np.zeros([1] * len(dims), bool)            # outputs that have taken an offset
     best, where = a.const(0, shape), None
     for flat, d in enumerate(offsets(dims)):
-        valid = _valid_mask(dims, d)
-        first, later = _static(m, valid & ~seen, shape), _static(m, valid & seen, shape)
-        seen = seen | valid
+        valid = _along_dims(m, [dm.valid(di) for dm, di in zip(dims, d)], shape, Op.AND, dt.PRED)
+        first = _along_dims(m, [_first_valid(dm) == di for dm, di in zip(dims, d)], shape, Op.AND, dt.PRED)
+        later = _both(m, valid, _negate(m, first))
         v = _window(m, padded, dims, d)
         greater = m.elementwise(Op.GT, v, best) if later is not False else False
         take = _either(m, first, _both(m, later, greater))
@@ -285,7 +307,7 @@ def max_pool_grad(m: Module, x: Instr, grad: Instr, dims: list) -> Instr:
                           f"{list(_out_shape(dims))}")
     where = first_max_offsets(m, x, dims)
     a = Arith(m, grad.dtype)
-    g = a.load(grad)
+    g = a.load(incoming_gradient(m, grad))
     zero = a.const(0, g.shape)
     flat = {d: k for k, d in enumerate(offsets(dims))}
 
@@ -313,9 +335,8 @@ def _avg_pool_grad(ctx: LowerCtx):
         raise Unsupported(f"AvgPoolGrad: grad shape {list(grad.shape)} does not match the pooled shape "
                           f"{list(_out_shape(dims))}")
     a = Arith(m, grad.dtype)
-    # TF: T(1.0 / count) per window, computed in double and rounded to T.
-    inverse = (1.0 / window_counts(dims)).astype(grad.dtype.numpy()).astype(np.float64)
-    coef = m.broadcast(m.constant(inverse, a.compute), grad.shape, range(grad.rank))
-    share = a.op(Op.MUL, a.load(grad), coef)
+    # TF: T(1.0 / count) per window (exact counts; one correctly rounded division)
+    coef = a.op(Op.DIV, a.const(1, grad.shape), window_counts(m, dims, a.compute))
+    share = a.op(Op.MUL, a.load(incoming_gradient(m, grad)), coef)
     return a.store(scatter_windows(a, dims, lambda d: share))
 
