@@ -137,7 +137,9 @@ class Function:
         except LoweringError as e:
             raise errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph) from None
         out_dtypes = [t.dtype for t in cf.outputs]
-        out_shapes = [tuple(t.shape) for t in cf.outputs]
+        # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
+        # unknown, e.g. FusedBatchNormV3's reserve_space_3
+        out_shapes = [t.shape for t in cf.outputs]
         return _Entry(key, compiled, captures, cf.structured_outputs, out_dtypes, out_shapes, spec)
 
     # -- introspection -----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Lowerings of TF's fused batch normalisation: FusedBatchNorm (V1, V2, V3) and
 FusedBatchNormGrad (V1, V2, V3), training and inference forms.
 
-x is T (f16, bf16, f32, f64); scale, offset, the statistics and every output
-but y are U (f32, or f64 with f64 x).  The formulas are TF's CPU kernel's
+x is T (f16, bf16, f32); scale, offset, the statistics and every output but
+y are U (f32; TF has no float64 kernels).  The formulas are TF's CPU kernel's
 (fused_batch_norm_op.cc), computed in U:
 
 training   mean = sum(x) * (1/n),  var = sum((x - mean)^2) * (1/n)
@@ -12,8 +12,9 @@ training   mean = sum(x) * (1/n),  var = sum((x - mean)^2) * (1/n)
            (1-f) * mean_in + f * mean and (1-f) * variance_in + f * var * n/(n-1);
            reserve_space_1 = mean, reserve_space_2 = var (biased), for the gradient.
 inference  y from the given mean/variance; batch_mean/batch_variance are those
-           inputs, the reserve spaces zeros.
-empty x    batch_mean/batch_variance NaN (training), reserve spaces zeros.
+           inputs.  TF leaves the reserve spaces uninitialised there; tfjit
+           writes zeros.
+empty x    batch_mean/batch_variance NaN (also in inference), reserve spaces zeros.
 
 reserve_space_3 (V3) is a float scalar TF's CPU kernel does not use; it is 0.
 """
@@ -25,8 +26,9 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower.reduce import reduce_axes
-from tfjit.lower.registry import FLOATS, LowerCtx, Unsupported, register
+from tfjit.lower.registry import LowerCtx, Unsupported, register
 
+BN_TYPES = (dt.F16, dt.BF16, dt.F32)
 FORMATS = {b"NHWC": 3, b"NDHWC": 4, b"NCHW": 1, b"NCDHW": 1}
 
 
@@ -65,12 +67,11 @@ def _scalar_like(m: Module, value, v: Instr) -> Instr:
 
 def _inverse(n: int, u: dt.DType):
     """1/n as TF computes it: ``1.0f / U(n)``, rounded to U."""
-    n = max(n, 1)
-    return np.float32(1.0) / np.float32(n) if u is dt.F32 else 1.0 / n
+    return np.float32(1.0) / np.float32(max(n, 1))
 
 
 def _check_types(ctx: LowerCtx, u: dt.DType) -> None:
-    if u not in (dt.F32, dt.F64) or (ctx.dtype is dt.F64) != (u is dt.F64):
+    if u is not dt.F32:
         raise Unsupported(f"{ctx.node.op}: T={ctx.dtype} with U={u} has no CPU kernel in TensorFlow")
 
 
@@ -99,12 +100,12 @@ def _fused_batch_norm(ctx: LowerCtx):
         y = m.elementwise(Op.ADD, m.elementwise(Op.MUL, centered, ch.spread(scaling)), ch.spread(offset))
         return m.convert(y, x.dtype)
 
-    if not training:
-        y = normalize(mean_in, var_in)
-        return [y, mean_in, var_in, zeros, zeros] + outs_v3
     if x.size == 0:
         nan = m.broadcast(m.scalar(np.nan, u), (depth,), ())
         return [m.convert(xu, x.dtype), nan, nan, zeros, zeros] + outs_v3
+    if not training:
+        y = normalize(mean_in, var_in)
+        return [y, mean_in, var_in, zeros, zeros] + outs_v3
     inv_n = m.broadcast(m.scalar(_inverse(ch.n, u), u), (depth,), ())
     mean = m.elementwise(Op.MUL, ch.sum(xu), inv_n)
     centered = m.elementwise(Op.SUB, xu, ch.spread(mean))
@@ -120,7 +121,7 @@ def _fused_batch_norm(ctx: LowerCtx):
     return [y, batch_mean, batch_var, mean, var] + outs_v3
 
 
-register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", dtypes=FLOATS)(_fused_batch_norm)
+register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", dtypes=BN_TYPES)(_fused_batch_norm)
 
 
 def _fused_batch_norm_grad(ctx: LowerCtx):
@@ -135,6 +136,9 @@ def _fused_batch_norm_grad(ctx: LowerCtx):
     training = bool(ctx.attr("is_training", True))
     eps = float(ctx.attr("epsilon", 1e-4))
     ch = _Channels(ctx, x, [scale, mean, var])
+    if not training and ch.c != x.rank - 1:
+        raise Unsupported(f"The implementation of {ctx.node.op} with is_training=False only support NHWC "
+                          "tensor format for now (TF's CPU kernel)")
     empty = m.constant(np.zeros((0,), u.numpy()), u)
     xu, g = m.convert(x, u), m.convert(dy, u)
     rsqrt = m.elementwise(Op.RSQRT, m.elementwise(Op.ADD, var, _scalar_like(m, eps, var)))
@@ -156,5 +160,5 @@ def _fused_batch_norm_grad(ctx: LowerCtx):
     return [m.convert(x_bp, x.dtype), scale_bp, offset_bp, empty, empty]
 
 
-register("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3", dtypes=FLOATS)(
+register("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3", dtypes=BN_TYPES)(
     _fused_batch_norm_grad)
