@@ -374,3 +374,19 @@ def test_gradient_tape(name):
     want = tf.function(f)(*xs)
     for k, (g, w) in enumerate(zip(got, want)):
         assert_matches(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-5, what=f"{name}: output {k}")
+
+
+def test_broadcast_gradient_args_folds():
+    """BroadcastGradientArgs of static shapes is a compile-time constant: its
+    result can feed a reduction's axes (which must be constants)."""
+    def fn(x, y):
+        r0, r1 = R.BroadcastGradientArgs(s0=tf.shape(x), s1=tf.shape(y))
+        g = x + y
+        return (tf.reshape(tf.reduce_sum(g, axis=r0), tf.shape(x)),
+                tf.reshape(tf.reduce_sum(g, axis=r1), tf.shape(y)), r0, r1)
+    rng = np.random.default_rng(0)
+    x, y = (tf.constant(rng.normal(size=s).astype(np.float32)) for s in ((3, 1, 4), (2, 1)))
+    f = tfjit.function(fn, jit_compile=True)
+    for k, (g, w) in enumerate(zip(f(x, y), tf.function(fn)(x, y))):
+        assert_matches(g.numpy(), w.numpy(), what=f"output {k}")
+    assert "BroadcastGradientArgs" not in f.compiled(x, y).module_before
