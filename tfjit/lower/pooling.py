@@ -198,10 +198,11 @@ def _max_pool(ctx: LowerCtx):
 
 
 def window_counts(m: Module, dims: list, dtype: dt.DType):
-    """In-bounds elements per output window (a product over dims), in ``dtype``."""
+    """In-bounds elements per output window (a product over dims), in ``dtype``;
+    a Python int when every window has the same count."""
     per_dim = [sum(dm.valid(d).astype(np.int64) for d in range(dm.k)) for dm in dims]
     count = _along_dims(m, per_dim, _out_shape(dims), Op.MUL, dtype)
-    return count if isinstance(count, Instr) else m.broadcast(m.scalar(count, dtype), _out_shape(dims), ())
+    return count if isinstance(count, Instr) else int(count)
 
 
 @register("AvgPool", dtypes=FLOATS)
@@ -215,6 +216,8 @@ def _avg_pool(ctx: LowerCtx):
     for d in offsets(dims):
         total = a.op(Op.ADD, total, _window(m, padded, dims, d))
     count = window_counts(m, dims, a.compute)
+    if not isinstance(count, Instr):
+        count = a.const(count, shape)
     return a.store(a.op(Op.DIV, total, count))
 
 
@@ -336,7 +339,11 @@ def _avg_pool_grad(ctx: LowerCtx):
                           f"{list(_out_shape(dims))}")
     a = Arith(m, grad.dtype)
     # TF: T(1.0 / count) per window (exact counts; one correctly rounded division)
-    coef = a.op(Op.DIV, a.const(1, grad.shape), window_counts(m, dims, a.compute))
+    count = window_counts(m, dims, a.compute)
+    if isinstance(count, Instr):
+        coef = a.op(Op.DIV, a.const(1, grad.shape), count)
+    else:
+        coef = a.const(1.0 / count, grad.shape)
     share = a.op(Op.MUL, a.load(incoming_gradient(m, grad)), coef)
     return a.store(scatter_windows(a, dims, lambda d: share))
 
