@@ -65,7 +65,7 @@ def _scalar_like(m: Module, value, v: Instr) -> Instr:
     return m.broadcast(m.scalar(value, v.dtype), v.shape, ())
 
 
-def _inverse(n: int, u: dt.DType):
+def _inverse(n: int):
     """1/n as TF computes it: ``1.0f / U(n)``, rounded to U."""
     return np.float32(1.0) / np.float32(max(n, 1))
 
@@ -106,7 +106,7 @@ def _fused_batch_norm(ctx: LowerCtx):
     if not training:
         y = normalize(mean_in, var_in)
         return [y, mean_in, var_in, zeros, zeros] + outs_v3
-    inv_n = m.broadcast(m.scalar(_inverse(ch.n, u), u), (depth,), ())
+    inv_n = m.broadcast(m.scalar(_inverse(ch.n), u), (depth,), ())
     mean = m.elementwise(Op.MUL, ch.sum(xu), inv_n)
     centered = m.elementwise(Op.SUB, xu, ch.spread(mean))
     var = m.elementwise(Op.MUL, ch.sum(m.elementwise(Op.MUL, centered, centered)), inv_n)
@@ -149,7 +149,7 @@ def _fused_batch_norm_grad(ctx: LowerCtx):
         x_bp = m.elementwise(Op.MUL, g, ch.spread(m.elementwise(Op.MUL, rsqrt, scale)))
         return [m.convert(x_bp, x.dtype), scale_bp, offset_bp, empty, empty]
     scale_bp = ch.sum(m.elementwise(Op.MUL, g, m.elementwise(Op.MUL, centered, ch.spread(rsqrt))))
-    inv_n = _inverse(ch.n, u)
+    inv_n = _inverse(ch.n)
     g_centered = m.elementwise(Op.SUB, g, ch.spread(m.elementwise(Op.MUL, offset_bp, _scalar_like(m, inv_n, offset_bp))))
     g_x_mean = m.elementwise(Op.DIV, ch.sum(m.elementwise(Op.MUL, g, centered)),
                        _scalar_like(m, float(ch.n), offset_bp))
