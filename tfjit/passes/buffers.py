@@ -3,7 +3,7 @@
 The launch op hands each kernel one pointer array, laid out as
 ``[inputs..., outputs..., temps..., status, device]`` (see runtime/launch_op.cc).  This
 pass decides the slot of every parameter and kernel root, the scratch space of
-split reductions, and which outputs are plain copies of inputs (returned by the
+split reductions and of top-k kernels (their heaps), and which outputs are plain copies of inputs (returned by the
 launch op without running any code).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ class BufferPlan:
     num_outputs: int
     slots: dict                    # instr -> slots it is written to / read from (first is the read slot)
     temp_bytes: list               # per temp slot, in order after the outputs
-    scratch: dict                  # fusion -> slot of its partial results
+    scratch: dict                  # fusion -> slot of its partial results (or top-k heaps)
     output_source: list            # per output: input index it aliases, or -1
 
     @property
@@ -55,4 +55,14 @@ def assign(m: Module, fusions: list) -> BufferPlan:
         if f.split > 1:
             r = f.roots[0]
             scratch[f] = new_temp(r.size * f.split * max(r.dtype.itemsize, 1) * len(f.roots))
+        if f.kind == "sort" and f.rows:
+            scratch[f] = new_temp(f.rows * topk_row_bytes(f.roots[0]))
     return BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
+
+
+def topk_row_bytes(root) -> int:
+    """Heap space of one top-k row: k int64 indices, then k values as registers hold
+    them (f16/bf16 as f32, bool as a byte), rounded up to 8 bytes."""
+    x, k = root.operands[0], root.attrs["k"]
+    value_bytes = 4 if x.dtype.itemsize == 2 and x.dtype.is_float else x.dtype.itemsize
+    return 8 * k + -(-value_bytes * k // 8) * 8
