@@ -1,2 +1,2 @@
 """TF op → tfjit IR lowerings.  Importing this package registers every rule."""
-from tfjit.lower import conv, elementwise, linalg, reduce, shape, variables  # noqa: F401
+from tfjit.lower import conv, elementwise, indexing, linalg, reduce, shape, variables  # noqa: F401
