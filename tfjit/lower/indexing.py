@@ -5,7 +5,7 @@
 * UnsortedSegmentSum / UnsortedSegmentProd -> IR ``scatter`` on [N, C] data (the
   dense form of an IndexedSlices gradient: tape gradients of tf.gather and of
   embedding lookups convert with UnsortedSegmentSum).
-* Cumsum / Cumprod -> IR ``scan``; TopKV2 / TopK -> IR ``top-k`` (the indices)
+* Cumsum / Cumprod -> IR ``scan``; TopKV2 -> IR ``top-k`` (the indices)
   plus a gather of the values at them; OneHot -> compare with iota and select.
 
 Shape-like operands (axis, num_segments, k, depth) must be compile-time
@@ -96,14 +96,14 @@ def _cumulative(ctx):
                       bool(ctx.attr("reverse")))
 
 
-@register("TopKV2", "TopK", dtypes=NUMERIC)
+@register("TopKV2", dtypes=NUMERIC)
 def _top_k(ctx):
     """Values and indices of the k largest along the last dim, largest first, ties by
     lower index.  ``sorted=False`` is compiled sorted (TF leaves that order unspecified).
     NaN ranks above every number (TF's own NaN order depends on which algorithm its
     kernel picks for k; XLA ranks NaN first too)."""
     m, x = ctx.m, ctx.inputs[0]
-    (k,) = ctx.const_ints(1, "TopKV2's k") if ctx.node.op == "TopKV2" else (int(ctx.attr("k")),)
+    (k,) = ctx.const_ints(1, "TopKV2's k")
     if k < 0:
         raise Unsupported(f"{ctx.node.op}: need k >= 0, got {k}")
     if x.rank == 0 or x.shape[-1] < k:
