@@ -306,10 +306,11 @@ def _ties(rng, d, shape):
     return rng.choice(pool, shape).astype(np_dtype(d))
 
 
-# (name, shape, k)
+# (name, shape, k); k > 16 and over half the vector: a merge sort, else a heap of k
 TOPK_SHAPES = [("vector", (10,), 3), ("k1", (4, 10), 1), ("k-equals-n", (4, 10), 10),
-               ("rank3", (2, 3, 7), 4), ("k0", (3, 5), 0), ("size1", (1, 1), 1),
-               ("wide", (2, 600), 50)]
+               ("rank3", (2, 3, 7), 4), ("merge-k-equals-n", (3, 40), 40), ("merge-odd", (2, 37), 30),
+               ("k0", (3, 5), 0), ("size1", (1, 1), 1), ("wide", (2, 600), 50),
+               ("many-vectors", (130, 9), 2)]
 
 
 def _topk_case(d, name, shape, k, make=_ties):
@@ -317,13 +318,21 @@ def _topk_case(d, name, shape, k, make=_ties):
                 lambda rng: [make(rng, d, shape)])
 
 
-TOPKS = [_topk_case(d, *s) for d in NUM + HALF for s in TOPK_SHAPES[:4]]
-TOPKS += [_topk_case(d, *s) for d in ("f32", "i32") for s in TOPK_SHAPES[4:]]
-TOPKS += [_topk_case("f64", "distinct-wide", (3, 257), 20, lambda rng, d, s: values(rng, d, s))]
+TOPKS = [_topk_case(d, *s) for d in NUM + HALF for s in TOPK_SHAPES[:6]]
+TOPKS += [_topk_case(d, *s) for d in ("f32", "i32") for s in TOPK_SHAPES[6:]]
+TOPKS += [_topk_case("f64", "distinct-wide", (3, 257), 20, lambda rng, d, s: values(rng, d, s)),
+          _topk_case("f32", "distinct-merge", (3, 300), 290, lambda rng, d, s: values(rng, d, s)),
+          _topk_case("f32", "denormals", (2, 8), 8,
+                     lambda rng, d, s: rng.choice(np.array([1e-40, -1e-40, 0.0, -0.0, 1e-38], np.float32), s))]
 TOPKS += [
     Case(f"TopKV2-f32-nan-k{k}", lambda x, k=k: R.TopKV2(input=x, k=k),
          lambda rng: [values(rng, "f32", (5, 9), specials=True)],
          oracle=lambda x, k=k: _numpy_top_k(x.numpy(), k)) for k in (1, 3, 9)
+]
+TOPKS += [
+    Case(f"TopKV2-{d}-nan-merge", lambda x: R.TopKV2(input=x, k=30),
+         lambda rng, d=d: [values(rng, d, (3, 40), specials=True)],
+         oracle=lambda x: _numpy_top_k(x.numpy(), 30)) for d in ("f64", "bf16")
 ]
 TOPKS += [
     Case("TopKV2-f32-unsorted-as-set", lambda x: tf.sort(R.TopKV2(input=x, k=4, sorted=False)[0]),

@@ -370,8 +370,8 @@ def _scan(instr, vals):
 def _top_k(instr, vals):
     """A stable descending order: sorting the reversed row ascending (numpy puts NaN
     last and keeps -0 == +0) and reading it backwards ranks NaN first and breaks ties
-    by increasing index."""
-    x = vals[0]
+    by increasing index.  Denormals compare as zero (DAZ)."""
+    x = _flush(vals[0])
     if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
         x = x.astype(np.float64)
     n = x.shape[-1]

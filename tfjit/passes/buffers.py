@@ -12,6 +12,7 @@ import dataclasses
 
 from tfjit.ir.module import Module
 from tfjit.ir.ops import Op
+from tfjit.passes.fusion import topk_merges
 
 
 @dataclasses.dataclass
@@ -60,9 +61,14 @@ def assign(m: Module, fusions: list) -> BufferPlan:
     return BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
 
 
+def topk_key_bytes(x) -> int:
+    """Bytes of one top-k sort key (codegen/indexing.py): a value's monotonic bits over
+    the complemented index, 32 + 32 bits, or 64 + 64 for 64-bit values."""
+    return 16 if x.dtype.bits == 64 else 8
+
+
 def topk_row_bytes(root) -> int:
-    """Heap space of one top-k row: k int64 indices, then k values as registers hold
-    them (f16/bf16 as f32, bool as a byte), rounded up to 8 bytes."""
-    x, k = root.operands[0], root.attrs["k"]
-    value_bytes = 4 if x.dtype.itemsize == 2 and x.dtype.is_float else x.dtype.itemsize
-    return 8 * k + -(-value_bytes * k // 8) * 8
+    """Scratch of one top-k kernel row (a chunk of vectors, done one after another):
+    a heap of k keys, or two arrays of n keys for a merge sort (``fusion.topk_merges``)."""
+    x = root.operands[0]
+    return topk_key_bytes(x) * (2 * x.shape[-1] if topk_merges(root) else root.attrs["k"])
