@@ -549,7 +549,17 @@ class KernelEmitter:
             self.messages.append(text)
         return self.messages.index(text) + 1
 
-    def _raise_status(self, code: int, cond):
+    def _raise_status(self, code: int, cond, details=()):
+        """Reports error ``code`` where ``cond`` holds.  ``details`` (i64 values, at most
+        7) are what the message's ``{i}`` print: the first thread to fail sets the code
+        by compare-and-swap and writes them (TfjitStatus, runtime/launch_op.cc)."""
         b = self.b
+        code = ir.Constant(ir.IntType(32), code)
         with b.if_then(cond, likely=False):
-            b.store(ir.Constant(ir.IntType(32), code), self.status)
+            if not details:
+                b.store(code, self.status)
+                return
+            first = b.cmpxchg(self.status, ir.Constant(ir.IntType(32), 0), code, "monotonic", "monotonic")
+            with b.if_then(b.extract_value(first, 1)):
+                for k, v in enumerate(details):
+                    b.store(self._idx(v), b.gep(self.status, [i64(8 + 8 * k)], source_etype=I8))

@@ -87,11 +87,11 @@ class ScatterEmitter(_OwnKernel):
         identity = const(root.dtype, 0 if root.attrs["kind"] == "sum" else 1)
         with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c:
             self._store(first, root, (s, c), identity)
-        code = self.error_code(f"scatter {{{{node {root.source}}}}}: a segment id is out of "
-                               f"range [0, {segments})")
+        code = self.error_code(f"scatter {{{{node {root.source}}}}}: segment_ids[{{1}}] = {{0}} "
+                               f"is out of range [0, {segments})")   # the position: flat
         with for_range(b, 0, ids.shape[0], "j") as j, self._scope():
             sid = self._to_i64(self.value(ids, (j,)), ids.dtype)
-            self._raise_status(code, b.icmp_signed(">=", sid, i64(segments)))
+            self._raise_status(code, b.icmp_signed(">=", sid, i64(segments)), (sid, j))
             mine = b.and_(b.icmp_signed(">=", sid, lo), b.icmp_signed("<", sid, hi))
             with b.if_then(mine), for_range(b, c_lo, c_hi, "c") as c, self._scope():
                 v = self.value(data, (j, c))
