@@ -99,7 +99,7 @@ def _emit_run_with_temps(module, prefix, steps, plan, output_bytes, layout, x86)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n_in, n_out = plan.num_inputs, plan.num_outputs
     bufs = b.bitcast(b.alloca(PTR, size=i64(plan.device_slot + 1), name="bufs"), PTR)
-    status_slot = b.alloca(ir.ArrayType(I32, STATUS_BYTES // 4), name="status")   # TfjitStatus
+    status_slot = b.alloca(I32, size=i64(STATUS_BYTES // 4), name="status")   # a TfjitStatus
     status_slot.align = ALIGN            # kernels see it as a noalias align-64 buffer too
     status = b.bitcast(status_slot, PTR)
     b.store(ir.Constant(I32, 0), status)
