@@ -383,6 +383,58 @@ def test_one_hot(case):
     check(case)
 
 
+# ------------------------------------------------------------- composites
+
+# Indexing ops next to the other kernel kinds: hoisted reductions over gathered rows,
+# gathers of reductions and library results, indices computed by argmax, scans and
+# top-k of fused math, gathers inside pads/concats.  Transcendentals are tfjit's
+# polynomials (TF's accuracy, not its bits), so these use the oracle's tolerances.
+def _composite(name, fn, *arrays, kernels=None):
+    return Case(f"composite-{name}", fn, lambda rng: [a(rng) for a in arrays], kernels=kernels,
+                tol=(None, None))
+
+
+def _f32(*shape):
+    return lambda rng: values(rng, "f32", shape)
+
+
+def _ids(n, *shape):
+    return lambda rng: rng.integers(0, n, shape).astype(np.int32)
+
+
+COMPOSITES = [
+    _composite("softmax-of-gathered-rows", lambda x, i: tf.nn.softmax(tf.gather(x, i) * 2.0),
+               _f32(9, 17), _ids(9, 5)),
+    _composite("gather-of-softmax", lambda x, i: tf.gather(tf.nn.softmax(x), i, axis=1) + 1.0,
+               _f32(4, 17), _ids(17, 6)),
+    _composite("gather-by-argmax", lambda x, y: tf.gather(y, tf.argmax(x, axis=1), axis=1, batch_dims=1),
+               _f32(5, 8), _f32(5, 8)),
+    _composite("gather-of-matmul", lambda a, b, i: tf.gather(tf.matmul(a, b), i) - 1.0,
+               _f32(6, 4), _f32(4, 3), _ids(6, 7)),
+    _composite("pad-concat-of-gathers", lambda x, i: tf.concat(
+        [tf.pad(tf.gather(x, i), [[1, 0], [0, 2]]), tf.gather(x, tf.concat([i, i[:1]], 0)) * 3.0], axis=1),
+        _f32(7, 3), _ids(7, 6)),
+    _composite("cumsum-of-row-sums", lambda x: tf.math.cumsum(tf.reduce_sum(x * x, axis=1), reverse=True),
+               _f32(9, 6)),
+    _composite("top-k-of-softmax", lambda x: tf.math.top_k(tf.nn.softmax(x), 3), _f32(4, 11)),
+    _composite("segment-sum-of-gather", lambda x, i, j: tf.math.unsorted_segment_sum(
+        tf.gather(x, i) * 0.5, j, 5), _f32(8, 3), _ids(8, 10), _ids(5, 10), kernels=1),
+    _composite("scan-then-gather", lambda x, i: tf.gather(tf.math.cumsum(x, axis=1), i, axis=1),
+               _f32(3, 12), _ids(12, 5)),
+    _composite("one-hot-matmul", lambda i, w: tf.matmul(tf.one_hot(i, 6), w), _ids(6, 5), _f32(6, 3)),
+    _composite("sum-of-gathered-rows", lambda x, i: tf.reduce_sum(tf.gather(x, i), axis=0),
+               _f32(20, 40), _ids(20, 300)),
+    _composite("tf.sort-ascending", lambda x: tf.sort(x, axis=-1), _f32(3, 50)),      # top-k of -x, k = n
+    _composite("tf.argsort-ties", lambda x: tf.argsort(x, direction="DESCENDING", stable=True),
+               lambda rng: _ties(rng, "i32", (4, 33))),
+]
+
+
+@pytest.mark.parametrize("case", params(COMPOSITES))
+def test_composite(case):
+    check(case)
+
+
 # -------------------------------------------------------------- gradients
 
 def _tape(loss_of):

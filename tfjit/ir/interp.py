@@ -13,6 +13,10 @@ corners where plain numpy differs:
   comparisons and f32<->f64 conversion read denormal operands as signed zero
   and flush denormal results.  Bit-level ops (neg, abs, select, movement),
   remainder (libm's fmod) and conversions to f16/bf16 keep denormals, as in TF.
+* A gather index outside [0, n) (when the result is not empty) and a scatter id
+  >= the segment count raise ``IndexOutOfRange`` with TF's message; negative
+  scatter ids are dropped.  Scatters and scans combine in input order, rounding
+  half precision at every step, as TF's CPU kernels do.
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the scalar path (the rules below), as the codegen does.
