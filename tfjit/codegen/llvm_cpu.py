@@ -15,6 +15,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tfjit.codegen import indexing, library, mathlib
+from tfjit.codegen.elemental import MESSAGES
 
 _lock = threading.Lock()
 
@@ -68,6 +69,7 @@ def emit_module(name: str, fusions: list, plan, messages: list | None = None) ->
     """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).  ``messages``
     (``elemental.MESSAGES`` and more) receives the runtime error texts kernels add;
     status code k reports ``messages[k - 1]``."""
+    messages = list(MESSAGES) if messages is None else messages
     module = ir.Module(name=name)
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)

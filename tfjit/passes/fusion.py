@@ -19,13 +19,13 @@ The kernel kinds:
               root of its own -- cheap values included, which are otherwise never
               materialised -- seen through reshapes, which the call reads in place
               (``aliases``: a row-major reshape does not move data).
-* ``scatter`` ``scatter`` (segment sum): rows are (segment range, column block)
-              pairs; each row zeroes its part of the result, then walks all ids
-              in input order, so every sum adds in TF's order.
-* ``scan``    ``scan`` (cumulative sum): rows are (outer index, column block); each
-              walks the scanned dim serially, the block's columns vectorised.
-* ``sort``    ``top-k``: rows are chunks of the vectors along the last dim (a heap
-              of k per vector, or a merge sort of the whole vector for large k).
+* ``scatter`` one IR ``scatter`` (segment sum): rows are (segment range, column
+              block) pairs; each row zeroes its part of the result, then walks all
+              ids in input order, so every sum adds in TF's order.
+* ``scan``    one IR ``scan`` (cumulative sum): rows are (outer index, column block);
+              each walks the scanned dim serially, the block's columns vectorised.
+* ``sort``    one IR ``top-k``: rows are chunks of the vectors along the last dim (a
+              heap of k per vector, or a merge sort of the whole vector for large k).
               These three, like library calls, root their own kernel; unlike
               them, their operands are computed inside it (elementally, at the
               data-dependent indices they read), so ``scatter(x * 2, ids)`` is
