@@ -81,7 +81,8 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         done(p.name, p.run(m))
     fusions = done("fusion", fusion.fuse(m))
     plan = done("buffer-assignment", buffers.assign(m, fusions))
-    llmod, steps = llvm_cpu.emit_module(name, fusions, plan)
+    messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
+    llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages)
     if any(f.kind == "library" for f in fusions):   # dot/conv call the op library's Eigen code
         llvm_cpu.define_symbols(launch.symbol_addresses(library.runtime_symbols()))
     code = objcache.compile_module(llmod, [s for s, _, _ in steps])   # persistent cache
@@ -94,7 +95,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         output_forward=[-1] * len(m.outputs),
         temp_bytes=plan.temp_bytes,
         steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
-        messages=list(MESSAGES),
+        messages=messages,
         update_inputs=list(m.updates),
         update_in_place=plan.update_in_place,
         keepalive=code)

@@ -14,8 +14,8 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tfjit.codegen import library, mathlib
-from tfjit.codegen.emitter import KernelEmitter
+from tfjit.codegen import indexing, library, mathlib
+from tfjit.codegen.elemental import MESSAGES
 
 _lock = threading.Lock()
 
@@ -65,8 +65,11 @@ class MachineCode:
         return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
 
 
-def emit_module(name: str, fusions: list, plan) -> tuple:
-    """LLVM IR for all kernels of one cluster; returns (ir.Module, steps)."""
+def emit_module(name: str, fusions: list, plan, messages: list | None = None) -> tuple:
+    """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).  ``messages``
+    (``elemental.MESSAGES`` and more) receives the runtime error texts kernels add;
+    status code k reports ``messages[k - 1]``."""
+    messages = list(MESSAGES) if messages is None else messages
     module = ir.Module(name=name)
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)
@@ -75,7 +78,8 @@ def emit_module(name: str, fusions: list, plan) -> tuple:
         if f.kind == "library":
             steps += library.emit(module, f, plan, f"{name}.k{n}")
         else:
-            steps += KernelEmitter(module, mathlib.emit, f, plan, f"{name}.k{n}").emit()
+            emitter = indexing.emitter_for(f.kind)
+            steps += emitter(module, mathlib.emit, f, plan, f"{name}.k{n}", messages).emit()
     return module, steps
 
 

@@ -14,6 +14,14 @@ treat it:
 * ``LIBRARY``     computed by a call into the runtime library (runtime/linalg.cc),
                   as XLA:CPU calls Eigen for dots and convolutions: operands and
                   result are dense buffers in memory, never fused into a loop.
+* ``GATHER``      result[i] is an element of operand 0 at an index read from
+                  operand 1 (a data-dependent index mapping): elemental, so it
+                  fuses with producers and consumers like movement does.
+* ``SCATTER``     combines rows of operand 0 into the result rows operand 1 names,
+                  in input order; ``SCAN`` running sums/products along one dim;
+                  ``SORT`` selection along the last dim (top-k).  None of these
+                  is computed element by element: each is the root of a kernel
+                  shape of its own, whose operands are computed inside it.
 """
 from __future__ import annotations
 
@@ -26,6 +34,10 @@ class Kind(enum.Enum):
     MOVEMENT = "movement"
     REDUCE = "reduce"
     LIBRARY = "library"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    SCAN = "scan"
+    SORT = "sort"
 
 
 class Op(enum.Enum):
@@ -90,6 +102,11 @@ class Op(enum.Enum):
     # runtime-library calls
     DOT = ("dot", Kind.LIBRARY, 2)               # [B,]M,K x [B,]K,N; attrs: transpose_lhs/rhs
     CONV = ("convolution", Kind.LIBRARY, 2)      # NHWC x HWIO; attrs: strides, dilations, padding
+    # data-dependent indexing (see module.py's builders for the exact shapes)
+    GATHER = ("gather", Kind.GATHER, 2)          # x, indices; attrs: axis, batch_dims
+    SCATTER = ("scatter", Kind.SCATTER, 2)       # data[N,C], ids[N] -> [S,C]; attrs: kind (sum|prod)
+    SCAN = ("scan", Kind.SCAN, 1)                # attrs: kind (sum|prod), dim, exclusive, reverse
+    TOP_K = ("top-k", Kind.SORT, 1)              # attrs: k; indices of the k largest along the last dim
 
     def __init__(self, spelling: str, kind: Kind, arity: int):
         self.spelling = spelling
@@ -105,6 +122,8 @@ _BY_SPELLING = {op.spelling: op for op in Op}
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
+SCATTER_KINDS = ("sum", "prod")
+SCAN_KINDS = ("sum", "prod")
 # "maxnum": float max that ignores NaN (-inf when nothing else); only for values whose
 # NaNs propagate anyway, such as Softmax's stabilising row max (x - max is NaN there).
 

@@ -187,6 +187,14 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.dot(xs[0], xs[1], a("transpose_lhs", 0), a("transpose_rhs", 0))
     elif op is Op.CONV:
         instr = m.convolution(xs[0], xs[1], a("strides", ()), a("dilations", ()), a("padding", ()))
+    elif op is Op.GATHER:
+        instr = m.gather(xs[0], xs[1], a("axis"), a("batch_dims", 0))
+    elif op is Op.SCATTER:
+        instr = m.scatter(xs[0], xs[1], a("kind"), shape[0] if shape else -1)
+    elif op is Op.SCAN:
+        instr = m.scan(xs[0], a("kind"), a("dim"), a("exclusive", 0), a("reverse", 0))
+    elif op is Op.TOP_K:
+        instr = m.top_k(xs[0], a("k"), dtype)
     else:
         instr = m.argreduce(xs[0], a("kind"), dtype)
     if instr in xs:          # e.g. a reshape to the same shape: builders return the operand
