@@ -11,9 +11,10 @@ treat it:
                   an index mapping, no arithmetic.
 * ``REDUCE``      result drops the trailing ``len(dims)`` dimensions of the
                   operand; lowering puts the reduced dimensions last.
-* ``LIBRARY``     computed by a call into the runtime library (runtime/linalg.cc),
-                  as XLA:CPU calls Eigen for dots and convolutions: operands and
-                  result are dense buffers in memory, never fused into a loop.
+* ``LIBRARY``     computed by a call into the runtime library (runtime/tf_kernels.cc:
+                  TF's own CPU kernels), as XLA:CPU calls Eigen for dots and
+                  convolutions: operands and result are dense buffers in memory,
+                  never fused into a loop.
 * ``GATHER``      result[i] is an element of operand 0 at an index read from
                   operand 1 (a data-dependent index mapping): elemental, so it
                   fuses with producers and consumers like movement does.
@@ -102,6 +103,11 @@ class Op(enum.Enum):
     # runtime-library calls
     DOT = ("dot", Kind.LIBRARY, 2)               # [B,]M,K x [B,]K,N; attrs: transpose_lhs/rhs
     CONV = ("convolution", Kind.LIBRARY, 2)      # NHWC x HWIO; attrs: strides, dilations, padding
+    # gradients of an undilated convolution (attrs: strides, padding; see module.conv_backprop)
+    CONV_BACKPROP_INPUT = ("convolution-backprop-input", Kind.LIBRARY, 2)   # filter, grad -> x
+    CONV_BACKPROP_FILTER = ("convolution-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> filter
+    DEPTHWISE_BACKPROP_INPUT = ("depthwise-backprop-input", Kind.LIBRARY, 2)
+    DEPTHWISE_BACKPROP_FILTER = ("depthwise-backprop-filter", Kind.LIBRARY, 2)
     # data-dependent indexing (see module.py's builders for the exact shapes)
     GATHER = ("gather", Kind.GATHER, 2)          # x, indices; attrs: axis, batch_dims
     SCATTER = ("scatter", Kind.SCATTER, 2)       # data[N,C], ids[N] -> [S,C]; attrs: kind (sum|prod)
@@ -119,6 +125,9 @@ class Op(enum.Enum):
 
 
 _BY_SPELLING = {op.spelling: op for op in Op}
+
+CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
+                            Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
