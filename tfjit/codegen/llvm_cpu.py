@@ -76,7 +76,7 @@ def emit_module(name: str, fusions: list, plan, messages: list | None = None) ->
     steps = []
     for n, f in enumerate(fusions):
         if f.kind == "library":
-            steps += library.emit(module, f, plan, f"{name}.k{n}")
+            steps += library.emit(module, f, plan, f"{name}.k{n}", messages)
         else:
             emitter = indexing.emitter_for(f.kind)
             steps += emitter(module, mathlib.emit, f, plan, f"{name}.k{n}", messages).emit()
