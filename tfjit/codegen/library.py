@@ -93,6 +93,7 @@ _CALLS = {
 # TF_ENABLE_ONEDNN_OPTS=1 runs).  Both are TF's; results agree within float tolerance.
 DEFAULT, ONEDNN = 0, 1
 ONEDNN_MAX_CONV_DEPTH = 4    # shallower inputs run oneDNN's convolution (see tf_kernel)
+ONEDNN_MIN_DEPTHWISE_PIXELS = 100   # smaller images' stride-1 depthwise dx runs Eigen's
 
 
 def tf_kernel(i) -> tuple[int, str]:
@@ -104,20 +105,27 @@ def tf_kernel(i) -> tuple[int, str]:
     if i.op is not Op.DOT and _pads_beyond_window(i):
         return DEFAULT, "oneDNN refuses padding wider than the filter window"
     if i.op is Op.DOT:
-        return ONEDNN, "oneDNN's matmul was 1.0-3x faster on every shape measured (MLP step 92 -> 72 ms)"
+        return ONEDNN, "oneDNN's matmul was 1.0-3x faster on every shape measured"
     if i.op in (Op.CONV, Op.CONV_BACKPROP_FILTER):
         depth = i.operands[0].shape[3]
         if depth <= ONEDNN_MAX_CONV_DEPTH:
-            return ONEDNN, (f"input depth {depth} <= {ONEDNN_MAX_CONV_DEPTH}: Eigen's im2col contraction "
-                            "is too shallow (oneDNN 1.3-2.6x faster)")
-        return DEFAULT, (f"input depth {depth} > {ONEDNN_MAX_CONV_DEPTH}: Eigen's kernel was as fast or "
-                         "up to 1.7x faster (1x1 filters 1.1-1.4x)")
+            return ONEDNN, (f"input depth {depth} <= {ONEDNN_MAX_CONV_DEPTH}: Eigen's im2col "
+                            "contraction is too shallow (oneDNN 1.3-2.6x faster)")
+        return DEFAULT, (f"input depth {depth} > {ONEDNN_MAX_CONV_DEPTH}: Eigen's kernel was as "
+                         "fast or up to 1.7x faster (1x1 filters 1.1-1.4x)")
     if i.op is Op.CONV_BACKPROP_INPUT:
+        depth = i.shape[3]
+        if depth <= ONEDNN_MAX_CONV_DEPTH:
+            return DEFAULT, (f"input depth {depth} <= {ONEDNN_MAX_CONV_DEPTH}: Eigen's kernel was "
+                             "up to 2x faster")
         if i.attrs["strides"] == (1, 1):
-            return ONEDNN, "stride 1: oneDNN 1.0-3x faster on 3x3 filters, 0.7-2x on 1x1"
+            return ONEDNN, "stride 1: oneDNN 1.4-3x faster on 3x3 filters, 0.7-2x on 1x1"
         return DEFAULT, "strided: Eigen's kernel was 1.1-1.4x faster"
     if i.op is Op.DEPTHWISE_BACKPROP_INPUT:
-        return ONEDNN, "oneDNN 1.3-2.2x faster but for tiny images"
+        n, h, w, _ = i.shape
+        if i.attrs["strides"] == (1, 1) and h * w < ONEDNN_MIN_DEPTHWISE_PIXELS:
+            return DEFAULT, f"stride 1 over a {h}x{w} image: Eigen's kernel was 1.2-1.5x faster"
+        return ONEDNN, "oneDNN 1.4-3x faster (1.7x on strided images from 7x7 up)"
     return DEFAULT, "Eigen's depthwise filter gradient was as fast or up to 2x faster"
 
 
