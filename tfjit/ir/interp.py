@@ -13,6 +13,8 @@ corners where plain numpy differs:
   comparisons and f32<->f64 conversion read denormal operands as signed zero
   and flush denormal results.  Bit-level ops (neg, abs, select, movement),
   remainder (libm's fmod) and conversions to f16/bf16 keep denormals, as in TF.
+* while/conditional run their called modules through ``evaluate`` (only the
+  taken branch runs); dynamic-slice/dynamic-update-slice clamp their starts.
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the scalar path (the rules below), as the codegen does.
@@ -58,6 +60,8 @@ def evaluate_instr(instr: Instr, operand_values: list) -> np.ndarray:
     """The value of ``instr`` given its operands' values."""
     if instr.op is Op.PARAMETER:
         raise ValueError(f"parameter {instr.name} has no value outside evaluate()")
+    if instr.op in _CONTROL:
+        return _CONTROL[instr.op](instr, operand_values)
     with np.errstate(all="ignore"):
         out = np.asarray(_EVAL[instr.op](instr, [np.asarray(v) for v in operand_values]), order="C")
     if out.dtype != instr.dtype.numpy() or out.shape != instr.shape:
@@ -304,6 +308,52 @@ def _conv(x, w, strides, dilations, padding):
     return out
 
 
+# -- run-time indices and control flow ---------------------------------------
+
+def _clamped_starts(x: np.ndarray, starts, sizes) -> tuple:
+    """HLO's rule: each start is clamped so that the window lies inside ``x``."""
+    return tuple(min(max(int(s), 0), d - n) for s, d, n in zip(starts, x.shape, sizes))
+
+
+def _dynamic_slice(instr, vals):
+    x = vals[0]
+    starts = _clamped_starts(x, vals[1:], instr.shape)
+    return x[tuple(slice(s, s + n) for s, n in zip(starts, instr.shape))]
+
+
+def _dynamic_update_slice(instr, vals):
+    x, update = vals[0], vals[1]
+    out = np.array(x)
+    starts = _clamped_starts(x, vals[2:], update.shape)
+    out[tuple(slice(s, s + n) for s, n in zip(starts, update.shape))] = update
+    return out
+
+
+def _while(instr, vals):
+    cond, body = instr.called
+    state = [np.asarray(v) for v in vals]
+    while bool(evaluate(cond, state)[0]):
+        state = evaluate(body, state)
+    return tuple(state)
+
+
+def _conditional(instr, vals):
+    selector, args = np.asarray(vals[0]), [np.asarray(v) for v in vals[1:]]
+    branches = instr.called
+    if selector.dtype == np.bool_:
+        branch = branches[0] if bool(selector) else branches[1]
+    else:
+        k = int(selector)
+        branch = branches[k] if 0 <= k < len(branches) else branches[-1]
+    return tuple(evaluate(branch, args))
+
+
+_CONTROL = {
+    Op.WHILE: _while,
+    Op.CONDITIONAL: _conditional,
+    Op.GET_TUPLE_ELEMENT: lambda instr, vals: vals[0][instr.attrs["index"]],
+}
+
 _UNARY_FPU = {
     Op.SIGN: _sign, Op.SQRT: np.sqrt, Op.EXP: np.exp, Op.EXPM1: np.expm1, Op.LOG: np.log,
     Op.LOG1P: np.log1p, Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
@@ -345,5 +395,7 @@ _EVAL = {
     Op.CONV: _fpu_instr(lambda instr, x, w: _conv(x, w, instr.attrs["strides"],
                                                   instr.attrs["dilations"], instr.attrs["padding"])),
 }
-_MISSING = set(Op) - set(_EVAL) - {Op.PARAMETER}
+_EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
+_EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice
+_MISSING = set(Op) - set(_EVAL) - set(_CONTROL) - {Op.PARAMETER}
 assert not _MISSING, f"interpreter lacks {_MISSING}"

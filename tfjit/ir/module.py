@@ -4,6 +4,13 @@ A module is a list of instructions in topological order, a list of parameters
 (the cluster's inputs, in order) and a list of outputs.  Builders check shapes
 as they add instructions, so a lowering that produces a malformed module fails
 at the offending instruction with a readable message instead of in codegen.
+
+Control flow nests modules, as HLO nests computations: a ``while`` instruction
+calls a condition and a body module, a ``conditional`` one module per branch
+(``Instr.called``; the attributes hold their names, for the text form).  A
+called module's parameters are the values handed to it; it never reads an
+instruction of its caller.  ``Module.computations()`` lists every module a
+module calls, directly or not, callees first.
 """
 from __future__ import annotations
 
@@ -25,6 +32,11 @@ class IRError(ValueError):
     """A malformed instruction (wrong shapes, types or attributes)."""
 
 
+# The type of while/conditional results: a tuple, whose elements (``Instr.results``)
+# are read by get-tuple-element.  Not a tensor type (no TF enum, never in memory).
+TUPLE = dt.DType("tuple", -1, "void", 0, "tuple")
+
+
 @dataclasses.dataclass(eq=False)
 class Instr:
     op: Op
@@ -36,6 +48,8 @@ class Instr:
     value: np.ndarray | None = None      # CONSTANT only
     index: int = -1                      # PARAMETER only
     source: str = ""                     # TF node that produced it (for messages)
+    called: tuple = ()                   # WHILE: (condition, body); CONDITIONAL: branches
+    results: tuple = ()                  # tuple-typed (dtype is TUPLE): ((DType, shape), ...)
 
     @property
     def size(self) -> int:
@@ -44,6 +58,10 @@ class Instr:
     @property
     def rank(self) -> int:
         return len(self.shape)
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype is TUPLE
 
     def is_scalar_constant(self) -> bool:
         return self.op is Op.CONSTANT and self.value.size == 1
@@ -71,6 +89,7 @@ class Module:
         if instr.size > MAX_ELEMENTS or any(d < 0 for d in instr.shape):
             raise IRError(f"shape {list(instr.shape)} of {instr.op.spelling} is too large or negative")
         if self.folder and instr.operands and instr.size <= FOLD_MAX_ELEMENTS \
+                and instr.op.kind is not Kind.CONTROL \
                 and all(o.op is Op.CONSTANT for o in instr.operands):
             value = self.folder(instr, [o.value for o in instr.operands])
             if value is not None:
@@ -79,6 +98,20 @@ class Module:
         instr.source = instr.source or self.source
         self.instrs.append(instr)
         return instr
+
+    def computations(self) -> list:
+        """Every module this one calls (directly or through called modules), callees first."""
+        out, seen = [], set()
+
+        def visit(m):
+            for i in m.instrs:
+                for c in i.called:
+                    if id(c) not in seen:
+                        seen.add(id(c))
+                        visit(c)
+                        out.append(c)
+        visit(self)
+        return out
 
     def users(self) -> dict:
         users = {i: [] for i in self.instrs}
@@ -253,3 +286,87 @@ class Module:
         if kind not in ("max", "min") or x.rank == 0 or x.shape[-1] == 0:
             raise IRError(f"argreduce kind={kind} needs a non-empty last dimension")
         return self._add(Instr(Op.ARGREDUCE, dtype, x.shape[:-1], (x,), {"kind": kind}))
+
+    # -- run-time indices ----------------------------------------------------
+    def _starts(self, op: str, x: Instr, starts) -> tuple:
+        starts = tuple(starts)
+        if len(starts) != x.rank or any(s.shape != () or not s.dtype.is_int for s in starts):
+            raise IRError(f"{op} of rank {x.rank} needs {x.rank} integer scalar start indices")
+        return starts
+
+    def dynamic_slice(self, x: Instr, starts, sizes) -> Instr:
+        """The window of ``sizes`` at run-time ``starts`` (clamped into ``x``, as HLO's)."""
+        sizes, starts = tuple(int(s) for s in sizes), self._starts("dynamic-slice", x, starts)
+        if len(sizes) != x.rank or any(not 0 <= n <= d for n, d in zip(sizes, x.shape)):
+            raise IRError(f"dynamic-slice of {list(x.shape)} with sizes {list(sizes)} is invalid")
+        return self._add(Instr(Op.DYNAMIC_SLICE, x.dtype, sizes, (x,) + starts))
+
+    def dynamic_update_slice(self, x: Instr, update: Instr, starts) -> Instr:
+        """``x`` with the window at run-time ``starts`` (clamped) replaced by ``update``."""
+        starts = self._starts("dynamic-update-slice", x, starts)
+        if update.dtype is not x.dtype or update.rank != x.rank \
+                or any(u > d for u, d in zip(update.shape, x.shape)):
+            raise IRError(f"dynamic-update-slice of {x.dtype.name}{list(x.shape)} with "
+                          f"{update.dtype.name}{list(update.shape)} is invalid")
+        return self._add(Instr(Op.DYNAMIC_UPDATE_SLICE, x.dtype, x.shape, (x, update) + starts))
+
+    # -- control flow --------------------------------------------------------
+    def while_loop(self, cond: "Module", body: "Module", operands) -> Instr:
+        """Runs ``body`` on the carried values while ``cond`` (one pred[] output) holds.
+
+        ``operands`` are the initial values; cond and body take them as parameters,
+        and body returns their next values, with the same types and shapes."""
+        operands = tuple(operands)
+        types = _types(operands)
+        if _types(cond.params) != types or _types(body.params) != types:
+            raise IRError(f"while: condition {cond.name} takes {_type_list(cond.params)}, body "
+                          f"{body.name} takes {_type_list(body.params)}; the operands are "
+                          f"{_type_list(operands)}")
+        if _types(body.outputs) != types:
+            raise IRError(f"while: body {body.name} returns {_type_list(body.outputs)} for "
+                          f"carried values {_type_list(operands)}")
+        if _types(cond.outputs) != ((dt.PRED, ()),):
+            raise IRError(f"while: condition {cond.name} must return one pred[], "
+                          f"not {_type_list(cond.outputs)}")
+        return self._add(Instr(Op.WHILE, TUPLE, (), operands,
+                               {"condition": cond.name, "body": body.name},
+                               called=(cond, body), results=types))
+
+    def conditional(self, selector: Instr, branches, operands) -> Instr:
+        """Runs one branch on ``operands``: with a pred[] selector, branches[0] when true
+        and branches[1] when false; with an s32[] selector, branches[selector], or the
+        last branch when it is out of range (TF's Case)."""
+        branches, operands = tuple(branches), tuple(operands)
+        pred = selector.dtype is dt.PRED
+        if selector.shape != () or not (pred and len(branches) == 2
+                                        or selector.dtype is dt.I32 and branches):
+            raise IRError(f"conditional: a pred[] selector needs 2 branches, an s32[] one at "
+                          f"least 1; got {selector.dtype.name}{list(selector.shape)} with "
+                          f"{len(branches)}")
+        types = _types(operands)
+        results = _types(branches[0].outputs)
+        for c in branches:
+            if _types(c.params) != types:
+                raise IRError(f"conditional: branch {c.name} takes {_type_list(c.params)}, "
+                              f"the operands are {_type_list(operands)}")
+            if _types(c.outputs) != results:
+                raise IRError(f"conditional: branch {c.name} returns {_type_list(c.outputs)}, "
+                              f"branch {branches[0].name} {_type_list(branches[0].outputs)}")
+        return self._add(Instr(Op.CONDITIONAL, TUPLE, (), (selector,) + operands,
+                               {"branch_computations": tuple(c.name for c in branches)},
+                               called=branches, results=results))
+
+    def get_tuple_element(self, t: Instr, index: int) -> Instr:
+        if not t.is_tuple or not 0 <= index < len(t.results):
+            raise IRError(f"get-tuple-element {index} of a {len(t.results)}-tuple"
+                          if t.is_tuple else "get-tuple-element of a non-tuple value")
+        dtype, shape = t.results[index]
+        return self._add(Instr(Op.GET_TUPLE_ELEMENT, dtype, shape, (t,), {"index": index}))
+
+
+def _types(values) -> tuple:
+    return tuple((v.dtype, tuple(v.shape)) for v in values)
+
+
+def _type_list(values) -> str:
+    return "(" + ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in values) + ")"

@@ -14,6 +14,14 @@ treat it:
 * ``LIBRARY``     computed by a call into the runtime library (runtime/linalg.cc),
                   as XLA:CPU calls Eigen for dots and convolutions: operands and
                   result are dense buffers in memory, never fused into a loop.
+* ``UPDATE``      dynamic-update-slice: the result is its operand with a window
+                  overwritten; a kernel of its own that writes only the window when
+                  the result may share the operand's buffer (passes/buffers.py).
+* ``CONTROL``     control flow (while, conditional) and get-tuple-element.  A
+                  while/conditional runs other computations (``Instr.called``:
+                  cond and body, or the branches), has a tuple type, and its
+                  elements are read through get-tuple-element; operands and
+                  elements live in memory (never fused).
 """
 from __future__ import annotations
 
@@ -26,6 +34,8 @@ class Kind(enum.Enum):
     MOVEMENT = "movement"
     REDUCE = "reduce"
     LIBRARY = "library"
+    UPDATE = "update"
+    CONTROL = "control"
 
 
 class Op(enum.Enum):
@@ -90,6 +100,14 @@ class Op(enum.Enum):
     # runtime-library calls
     DOT = ("dot", Kind.LIBRARY, 2)               # [B,]M,K x [B,]K,N; attrs: transpose_lhs/rhs
     CONV = ("convolution", Kind.LIBRARY, 2)      # NHWC x HWIO; attrs: strides, dilations, padding
+    # run-time indices (operands after the first (two): one integer scalar per dim, clamped
+    # so the window fits, as HLO's)
+    DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
+    DYNAMIC_UPDATE_SLICE = ("dynamic-update-slice", Kind.UPDATE, -1)   # x, update, starts...
+    # control flow (attrs name the called computations)
+    WHILE = ("while", Kind.CONTROL, -1)                 # attrs: condition, body
+    CONDITIONAL = ("conditional", Kind.CONTROL, -1)     # selector, args...; attrs: branch_computations
+    GET_TUPLE_ELEMENT = ("get-tuple-element", Kind.CONTROL, 1)   # attrs: index
 
     def __init__(self, spelling: str, kind: Kind, arity: int):
         self.spelling = spelling
