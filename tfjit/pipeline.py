@@ -82,7 +82,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     fusions = done("fusion", fusion.fuse(m))
     plan = done("buffer-assignment", buffers.assign(m, fusions))
     llmod, steps = llvm_cpu.emit_module(name, fusions, plan)
-    if any(f.kind == "library" for f in fusions):   # dot/conv call the op library's Eigen code
+    if any(f.kind == "library" for f in fusion.walk(fusions)):   # dot/conv call the op library's Eigen code
         llvm_cpu.define_symbols(launch.symbol_addresses(library.runtime_symbols()))
     code = objcache.compile_module(llmod, [s for s, _, _ in steps])   # persistent cache
     executable = launch.make_executable(

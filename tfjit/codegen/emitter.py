@@ -374,6 +374,10 @@ class KernelEmitter:
             starts, strides = i.attrs["starts"], i.attrs["strides"]
             return self.value(i.operands[0], tuple(
                 b.add(i64(s), b.mul(self._idx(v), i64(st))) for v, s, st in zip(idx, starts, strides)))
+        if op is Op.DYNAMIC_SLICE:
+            x = i.operands[0]
+            starts = self.clamped_starts(x, i.operands[1:], i.shape)
+            return self.value(x, tuple(b.add(self._idx(v), s) for v, s in zip(idx, starts)))
         if op is Op.PAD:
             return self._pad(i, idx)
         if op is Op.CONCAT:
@@ -384,6 +388,15 @@ class KernelEmitter:
         if op is Op.ARGREDUCE:
             return self._argreduce(i, idx)
         raise NotImplementedError(op.spelling)
+
+    def clamped_starts(self, x: Instr, starts, sizes) -> list:
+        """Run-time window starts (i64), clamped so the window lies inside ``x`` (HLO)."""
+        b, out = self.b, []
+        for s, dim, size in zip(starts, x.shape, sizes):
+            v = self.elemental.convert(self.value(s, ()), s.dtype, dt.I64)
+            v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
+            out.append(b.select(b.icmp_signed(">", v, i64(dim - size)), i64(dim - size), v))
+        return out
 
     def _pad(self, i: Instr, idx):
         b = self.b

@@ -9,7 +9,7 @@ consumers are in one kernel and that kernel can compute it; every "no" is
 recorded with a reason (``Fusion.notes``), in the spirit of XLA's
 FusionDecision.
 
-Three kernel kinds:
+Kernel kinds:
 * ``loop``    roots share one shape; a parallel loop over rows (all dims but the
               last) and an inner, vectorisable loop over the last dim.
 * ``reduce``  roots are reductions of one operand shape; a parallel loop over
@@ -19,6 +19,15 @@ Three kernel kinds:
               root of its own -- cheap values included, which are otherwise never
               materialised -- seen through reshapes, which the call reads in place
               (``aliases``: a row-major reshape does not move data).
+* ``update``  one dynamic-update-slice: reads its operand and update from memory
+              (dense buffers, as a library call's), computes its start indices
+              in the kernel, and writes the window -- in place when buffer
+              assignment lets the result share the operand's buffer.
+* ``while``, ``conditional``  control flow: one while/conditional instruction whose
+              operands are dense buffers; its roots are the get-tuple-elements
+              that read its results (buffers too).  ``called`` holds the kernels
+              of each called computation (condition and body, or the branches),
+              fused by the same policy; codegen/control.py runs them.
 
 Cheap instructions (constants, iota, data movement of parameters) are never
 materialised: every kernel that needs them recomputes them from the source.
@@ -52,11 +61,12 @@ class Fusion:
     split: int = 1                  # reduce kernel: chunks per output element (2 phases when > 1)
     column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
     aliases: dict = dataclasses.field(default_factory=dict)   # library: reshape -> its operand
+    called: list = dataclasses.field(default_factory=list)    # while/conditional: [[Fusion]] per computation
 
 
     @property
     def rows(self) -> int:
-        if self.kind == "library":
+        if self.kind in SINGLE_ROW:
             return 1
         if self.flat:
             return math.ceil(math.prod(self.shape) / FLAT_BLOCK)
@@ -69,12 +79,22 @@ class Fusion:
         return f"Fusion({self.name}, {self.kind}, roots={self.roots})"
 
 
+CONTROL = ("while", "conditional")
+SINGLE_ROW = ("library", "update") + CONTROL    # kernels run as one row (one call)
+
+
+def in_memory(i: Instr) -> bool:
+    """Values that are buffers without a kernel of their own: parameters and the
+    elements of while/conditional results."""
+    return i.op in (Op.PARAMETER, Op.GET_TUPLE_ELEMENT)
+
+
 def is_cheap(i: Instr) -> bool:
     """Recomputed wherever used rather than written to memory."""
     if i.op in (Op.CONSTANT, Op.IOTA):
         return True
-    if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT):
-        return all(o.op is Op.PARAMETER or is_cheap(o) for o in i.operands)
+    if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT, Op.DYNAMIC_SLICE):
+        return all(in_memory(o) or is_cheap(o) for o in i.operands)
     return False
 
 
@@ -94,10 +114,13 @@ class _Builder:
         self.fusions: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
-        kind = {Kind.REDUCE: "reduce", Kind.LIBRARY: "library"}.get(root.op.kind, "loop")
+        kind = {Kind.REDUCE: "reduce", Kind.LIBRARY: "library",
+                 Kind.UPDATE: "update"}.get(root.op.kind, "loop")
         if kind == "reduce":
             operand = root.operands[0]
             shape, outer = operand.shape, root.rank
+        elif kind == "update":       # iterates over the window; its starts are scalars
+            shape, outer = root.operands[1].shape, 0
         else:
             shape, outer = root.shape, max(root.rank - 1, 0)
         f = Fusion(f"fusion.{len(self.fusions)}", kind, [root], [root], shape, outer)
@@ -121,6 +144,18 @@ class _Builder:
                 else:
                     mapped = operand_index(i, k, idx)
                 self.sym.setdefault(o, set()).add(mapped if mapped is not None else "opaque")
+
+    def control(self, i: Instr) -> Fusion:
+        """A while/conditional: its own step, owning the get-tuple-elements of its result."""
+        elements = [u for u in self.users[i] if u.op is Op.GET_TUPLE_ELEMENT]
+        kind = "while" if i.op is Op.WHILE else "conditional"
+        f = Fusion(f"fusion.{len(self.fusions)}", kind, elements, [i] + elements, (), 0)
+        f.called = [fuse(c) for c in i.called]
+        f.notes.append(f"{i!r} is a {kind}: its computations run as kernels of their own")
+        self.fusions.append(f)
+        for x in f.instrs:
+            self.owner[x] = f
+        return f
 
     def join(self, i: Instr, f: Fusion) -> None:
         self.owner[i] = f
@@ -149,10 +184,16 @@ def fuse(m: Module) -> list:
     b = _Builder(m)
     outputs = set(m.outputs)
     for i in reversed(m.instrs):
-        if i.op is Op.PARAMETER:
+        if in_memory(i):           # an output among them is copied by its producer (buffers.py)
+            continue
+        if i.op in (Op.WHILE, Op.CONDITIONAL):
+            b.control(i)
             continue
         if i.op.kind is Kind.LIBRARY:
             b.start(i, "a runtime-library call")
+            continue
+        if i.op.kind is Kind.UPDATE:
+            b.start(i, "a dynamic-update-slice writes its window in memory")
             continue
         library = {b.owner[u] for u in b.users[i] if b.owner.get(u) and b.owner[u].kind == "library"}
         if library and i not in outputs and i.op is Op.RESHAPE and len(library) == 1 \
@@ -164,6 +205,11 @@ def fuse(m: Module) -> list:
             continue
         if library:
             b.start(i, "it is an operand of a runtime-library call (read from memory)")
+            continue
+        dense = [u for u in b.users[i] if u in b.owner and (
+            b.owner[u].kind in CONTROL or b.owner[u].kind == "update" and i in u.operands[:2])]
+        if dense:
+            b.start(i, f"it is an operand of {dense[0]!r} (read from memory)")
             continue
         if is_cheap(i) and i not in outputs:
             continue
@@ -192,10 +238,20 @@ def fuse(m: Module) -> list:
     return _schedule(fusions, b.order)
 
 
+def walk(fusions: list):
+    """Every kernel of ``fusions``, those of called computations included."""
+    for f in fusions:
+        yield f
+        for called in f.called:
+            yield from walk(called)
+
+
 def reads(f: Fusion) -> set:
     """Instructions outside f whose memory f reads (params or other kernels' roots)."""
     if f.kind == "library":
         return {library_source(f, o) for o in f.roots[0].operands}
+    if f.kind in CONTROL:
+        return set(f.instrs[0].operands)
     inside = set(f.instrs)
     out, stack, seen = set(), list(f.instrs), set()
     while stack:
@@ -308,7 +364,7 @@ def _contiguous_along_output(f: Fusion) -> bool:
 
 
 def _choose_iteration(f: Fusion) -> None:
-    if f.kind == "library":
+    if f.kind in SINGLE_ROW:
         return
     if f.kind == "loop":
         if f.shape and math.prod(f.shape) > 0 and _flat_ok(f):
@@ -344,6 +400,6 @@ def _schedule(fusions: list, order: dict) -> list:
                 visit(owner[r])
         out.append(f)
 
-    for f in sorted(fusions, key=lambda f: min(order[r] for r in f.roots)):
+    for f in sorted(fusions, key=lambda f: min(order[r] for r in f.roots or f.instrs)):
         visit(f)
     return out
