@@ -1,2 +1,3 @@
 """TF op → tfjit IR lowerings.  Importing this package registers every rule."""
-from tfjit.lower import conv, elementwise, linalg, reduce, shape, variables  # noqa: F401
+from tfjit.lower import (conv, control_flow, elementwise, linalg, reduce, shape,  # noqa: F401
+                         tensor_list, variables)

@@ -42,6 +42,7 @@ class LowerCtx:
     m: Module
     node: Node
     inputs: list
+    functions: object = None     # lowers library functions (graph_to_ir.Functions), for control flow
 
     def attr(self, name: str, default=None):
         return self.node.attrs.get(name, default)
@@ -68,17 +69,21 @@ class Rule:
     fn: object
     dtypes: tuple
     half_in_f32: bool
+    opaque_types: frozenset = frozenset()
 
 
 RULES: dict[str, Rule] = {}
 
 
-def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False):
+def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, opaque_types=()):
+    """``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
+    list although tfjit computes no tensors of them (control flow carries TensorLists and
+    variables as the values they stand for)."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
-            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32)
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, frozenset(opaque_types))
         return fn
     return deco
 
@@ -91,15 +96,15 @@ def refusal(node: Node) -> str | None:
     for key, value in node.attrs.items():
         values = value if isinstance(value, tuple) else (value,)
         for v in values:
-            if isinstance(v, TFType) and v.ir is None:
+            if isinstance(v, TFType) and v.ir is None and v.name not in rule.opaque_types:
                 return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
     t = node.attrs.get("T")
-    if isinstance(t, TFType) and t.ir not in rule.dtypes:
+    if isinstance(t, TFType) and t.ir not in rule.dtypes and t.name not in rule.opaque_types:
         return f"{node.op} has no tfjit lowering for dtype {t.name}"
     return None
 
 
-def lower_node(m: Module, node: Node, inputs: list) -> list:
+def lower_node(m: Module, node: Node, inputs: list, functions=None) -> list:
     rule = RULES.get(node.op)
     reason = refusal(node)
     if reason:
@@ -109,7 +114,7 @@ def lower_node(m: Module, node: Node, inputs: list) -> list:
     if rule.half_in_f32:
         half = next((x.dtype for x in inputs if x.dtype in (dt.F16, dt.BF16)), None)
         inputs = [m.convert(x, dt.F32) if x.dtype in (dt.F16, dt.BF16) else x for x in inputs]
-    out = rule.fn(LowerCtx(m, node, list(inputs)))
+    out = rule.fn(LowerCtx(m, node, list(inputs), functions))
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     if half is not None:
         outs = [m.convert(o, half) if o.dtype is dt.F32 else o for o in outs]

@@ -45,7 +45,8 @@ def _const(ctx: LowerCtx):
     return ctx.m.constant(ctx.attr("value"), ctx.attr("dtype").ir)
 
 
-@register("Identity", "StopGradient", "Snapshot", "PreventGradient", dtypes=registry.ALL)
+@register("Identity", "StopGradient", "Snapshot", "PreventGradient", dtypes=registry.ALL,
+          opaque_types=("variant",))      # a TensorList (lower/tensor_list.py) passes through
 def _identity(ctx: LowerCtx):
     return ctx.inputs[0]
 
