@@ -70,6 +70,7 @@ def _function_reason(fname: str, library: dict, memo: dict) -> str | None:
     if fname not in library:
         memo[fname] = f"function {fname} is not in the graph's library"
         return memo[fname]
+    from tfjit.graph.cluster import RET_PREFIX
     from tfjit.graph.functions import function_graph
     try:
         body = function_graph(library[fname], library)
@@ -77,7 +78,7 @@ def _function_reason(fname: str, library: dict, memo: dict) -> str | None:
         memo[fname] = f"function {fname} cannot be read: {e}"
         return memo[fname]
     for n in body.nodes.values():
-        if n.op in STRUCTURAL:
+        if n.op in STRUCTURAL or n.name.startswith(RET_PREFIX):   # a function's returns
             continue
         why = reason(n) or _called_reason(n, library, memo)
         if why:

@@ -17,7 +17,10 @@ while_op.cc / if_op.cc):
 * Resource variables may be read in a body or branch (they read the value the
   variable has when the loop or conditional starts, which is what TF reads when
   nothing assigns it inside); assigning a variable there is refused.
-* TensorLists (lower/tensor_list.py) cross as their buffer and length.
+* TensorLists (lower/tensor_list.py) cross as their buffer and length.  A list
+  whose element shape is still unknown when a loop starts (a TensorArray made
+  without element_shape) takes the shape of the items the body sets: the body
+  is lowered once to find it, as tf2xla compiles such a body twice.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import ALL, Unsupported, register
-from tfjit.lower.tensor_list import TensorList
+from tfjit.lower.tensor_list import TensorList, ready
 from tfjit.lower.variables import Variable
 
 _OPAQUE = ("variant", "resource")
@@ -94,6 +97,15 @@ def _while(ctx):
     sink: set = set()
     name = ctx.functions.computation_name
     body_name, cond_name = name(f"{ctx.node.name}.body"), name(f"{ctx.node.name}.cond")
+    unknown = [k for k, a in enumerate(args) if isinstance(a, TensorList) and a.items is None]
+    if unknown:               # find the element shapes that the body's items have
+        probe = _Call(ctx, body_fn, args, sink, body_name)
+        for k in unknown:
+            r = probe.results[k] if k < len(probe.results) else None
+            if not isinstance(r, TensorList) or r.element is None:
+                raise Unsupported(f"TensorList loop variable {k} has no element shape: neither "
+                                  f"its element_shape nor body {body_fn} sets one")
+            args[k] = ready(ctx, args[k], r.element)
     for _ in range(2):   # the second lowering sinks the constant loop invariants found by the first
         body = _Call(ctx, body_fn, args, sink, body_name)
         flat = body.flat

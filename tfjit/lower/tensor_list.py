@@ -38,13 +38,13 @@ class TensorList:
     length: Instr                # i32[]
 
     def parts(self) -> list:
-        """The IR values that stand for this list (what a loop carries)."""
-        if self.items is None:
-            raise Unsupported("a TensorList whose element shape is not known yet is passed to "
-                              "control flow (give the list an element_shape)")
-        return [self.items, self.length]
+        """The IR values that stand for this list (what a loop carries): its buffer and
+        length, or only its length while the element shape is unknown."""
+        return [self.length] if self.items is None else [self.items, self.length]
 
     def with_parts(self, parts: list) -> "TensorList":
+        if self.items is None:
+            return TensorList(self.dtype, self.capacity, None, None, parts[0])
         return TensorList(self.dtype, self.capacity, self.element, parts[0], parts[1])
 
     def same_type(self, other) -> bool:
@@ -85,7 +85,7 @@ def _new(ctx, capacity: int, element, length: int) -> TensorList:
     return TensorList(dtype, capacity, element, items, ctx.m.scalar(length, dt.I32))
 
 
-def _ready(ctx, lst: TensorList, element: tuple) -> TensorList:
+def ready(ctx, lst: TensorList, element: tuple) -> TensorList:
     """``lst`` with a buffer for elements of shape ``element``."""
     if lst.element is None:
         items = _zeros(ctx, lst.dtype, (lst.capacity,) + tuple(element))
@@ -103,7 +103,7 @@ def _index(ctx, x: Instr) -> Instr:
 def _write(ctx, lst: TensorList, index: Instr, item: Instr) -> Instr:
     if item.dtype is not lst.dtype:
         raise Unsupported(f"{ctx.node.op}: a {item.dtype} item for a list of {lst.dtype}")
-    lst = _ready(ctx, lst, item.shape)
+    lst = ready(ctx, lst, item.shape)
     zero = ctx.m.scalar(0, dt.I32)
     update = ctx.m.reshape(item, (1,) + item.shape)
     return ctx.m.dynamic_update_slice(lst.items, update, [index] + [zero] * item.rank), lst

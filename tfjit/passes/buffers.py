@@ -268,7 +268,7 @@ def _in_place(k: int, body: Module, fusions: list) -> str | None:
         if dus.operands[0] is p and p not in dus.operands[1:] and not others:
             return None
         return f"{w.name} reads it besides updating it"
-    if w.kind == "loop" and len(w.roots) == 1 and not w.hoisted and p.shape == out.shape:
+    if w.kind == "loop" and len(w.roots) == 1 and p.shape == out.shape:
         idx = tuple(f"d{d}" for d in range(out.rank))
         if fusion_mod.symbolic_reads(w).get(p) == {idx}:
             return None

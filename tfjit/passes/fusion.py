@@ -150,7 +150,7 @@ class _Builder:
         elements = [u for u in self.users[i] if u.op is Op.GET_TUPLE_ELEMENT]
         kind = "while" if i.op is Op.WHILE else "conditional"
         f = Fusion(f"fusion.{len(self.fusions)}", kind, elements, [i] + elements, (), 0)
-        f.called = [fuse(c) for c in i.called]
+        f.called = [fuse(c, loop_body=i.op is Op.WHILE and n == 1) for n, c in enumerate(i.called)]
         f.notes.append(f"{i!r} is a {kind}: its computations run as kernels of their own")
         self.fusions.append(f)
         for x in f.instrs:
@@ -179,8 +179,13 @@ def library_source(f: Fusion, x: Instr) -> Instr:
     return x
 
 
-def fuse(m: Module) -> list:
-    """Partitions the module's non-cheap instructions into kernels, in execution order."""
+def fuse(m: Module, loop_body: bool = False) -> list:
+    """Partitions the module's non-cheap instructions into kernels, in execution order.
+
+    ``loop_body``: ``m`` is a while body (output k is the next value of parameter k);
+    kernels that write a next value are scheduled after the kernels that read the
+    current one where dependencies allow, so the value can be updated in place
+    (passes/buffers.py)."""
     b = _Builder(m)
     outputs = set(m.outputs)
     for i in reversed(m.instrs):
@@ -235,7 +240,13 @@ def fuse(m: Module) -> list:
     fusions = _merge_siblings(b)
     for f in fusions:
         _choose_iteration(f)
-    return _schedule(fusions, b.order)
+    late = set()
+    if loop_body:
+        for f in fusions:
+            nexts = [m.params[k] for k, o in enumerate(m.outputs) if o in f.roots]
+            if any(p in reads(g) for p in nexts for g in fusions if g is not f):
+                late.add(f)
+    return _schedule(fusions, b.order, late)
 
 
 def walk(fusions: list):
@@ -387,7 +398,8 @@ def _choose_iteration(f: Fusion) -> None:
                            f"{f.split} chunks per output, combined in a second phase")
 
 
-def _schedule(fusions: list, order: dict) -> list:
+def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:
+    """Producers first; otherwise in program order, ``late`` kernels after the others."""
     owner = {r: f for f in fusions for r in f.roots}
     done, out = set(), []
 
@@ -400,6 +412,6 @@ def _schedule(fusions: list, order: dict) -> list:
                 visit(owner[r])
         out.append(f)
 
-    for f in sorted(fusions, key=lambda f: min(order[r] for r in f.roots or f.instrs)):
+    for f in sorted(fusions, key=lambda f: (f in late, min(order[r] for r in f.roots or f.instrs))):
         visit(f)
     return out
