@@ -359,3 +359,41 @@ def test_branches_with_different_shapes_are_refused():
         return tf.cond(p, lambda: x[:2], lambda: x[:3])
     message = unsupported(fn, tf.ones([4]), tf.constant(True))
     assert "one static shape per output" in message and "{{node cond}}" in message
+
+
+# -- AOT -----------------------------------------------------------------------------------------
+
+def test_aot_object_runs_loops_and_conditionals(tmp_path, rng):
+    import shutil
+    if shutil.which("g++") is None:
+        pytest.skip("AOT needs g++ to build the program")
+    from tests.test_aot import _aot, _build, _results, _run, _save
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(F32, [3, 4], name="x")
+        n = tf.compat.v1.placeholder(tf.int32, [], name="n")
+        _, y = tf.while_loop(lambda i, y: i < n, lambda i, y: (i + 1, tf.tanh(y) * 1.5 + x), (0, x))
+        tf.cond(n > 2, lambda: y * 2.0, lambda: y - 1.0, name="out")
+    config = ('feed { id { node_name: "x" } shape { dim { size: 3 } dim { size: 4 } } }\n'
+              'feed { id { node_name: "n" } shape { } type: DT_INT32 }\n'
+              'fetch { id { node_name: "out/Identity" } name: "out" }\n')
+    pb, cfg = _save(tmp_path, g, config)
+    prefix = tmp_path / "loop"
+    assert _aot(["--graph", pb, "--config", cfg, "--cpp_class", "Loop", "--out_prefix", prefix]) == 0
+    exe = _build(tmp_path, prefix, "Loop")
+    xs = rng.standard_normal((3, 4)).astype(np.float32)
+    for trips in (0, 2, 6):
+        with tf.compat.v1.Session(graph=g) as s:
+            want = s.run(["out/Identity:0"], {"x:0": xs, "n:0": trips})
+        proc = _run(exe, tmp_path, [xs, np.int32(trips)])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        same(_results(tmp_path, want), want)
+
+
+def test_a_lowering_error_inside_a_body_names_its_node_and_the_loop():
+    def fn(x):       # x[i:i + 2]: a window of run-time position and extent
+        return tf.while_loop(lambda i, s: i < 3, lambda i, s: (i + 1, s + tf.reduce_sum(x[i:i + 2])),
+                             (0, 0.0))
+    message = unsupported(fn, tf.ones([6]))
+    assert "StridedSlice" in message and "{{node while/strided_slice}}" in message
+    assert "called by StatelessWhile while" in message and "test_control_flow.py" in message

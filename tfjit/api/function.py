@@ -131,7 +131,8 @@ class Function:
         try:
             compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name))
         except LoweringError as e:
-            raise errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph) from None
+            raise errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph,
+                                     frame_node=e.caller) from None
         out_dtypes = [t.dtype for t in cf.outputs]
         out_shapes = [tuple(t.shape) for t in cf.outputs]
         return _Entry(key, compiled, captures, cf.structured_outputs, out_dtypes, out_shapes, spec)

@@ -24,9 +24,10 @@ from tfjit.lower.variables import Variable
 class LoweringError(Exception):
     """A node could not be lowered; carries the node and op for the user."""
 
-    def __init__(self, node: str, op: str, reason: str):
+    def __init__(self, node: str, op: str, reason: str, caller: str | None = None):
         super().__init__(f"{op} ({reason}) {{{{node {node}}}}}")
         self.node, self.op, self.reason = node, op, reason
+        self.caller = caller      # inside a loop body or branch: the outermost calling node
 
 
 def _fold(instr, values):
@@ -107,6 +108,7 @@ class Functions:
     def computation_name(self, base: str) -> str:
         """A name for a new computation, unique within this cluster's module."""
         base = "".join(c if c.isalnum() or c in "_.-" else "_" for c in base)
+        base = base if base[:1].isalpha() else "c_" + base      # never read as a number
         name, n = base, 1
         while name in self._names:
             name, n = f"{base}.{n}", n + 1
@@ -136,6 +138,6 @@ class Functions:
             return _lower_graph(m, graph, args, self)
         except LoweringError as e:
             where = f"in {fname} (called by {caller.op} {caller.name})"
-            raise LoweringError(e.node, e.op, f"{e.reason}; {where}") from None
+            raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name) from None
         finally:
             m.folder, m.source = folder, source
