@@ -73,6 +73,7 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {}
+VARIANT_RULES: dict[str, Rule] = {}   # the op on TF variant values (TensorLists): T=variant
 
 
 def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, opaque_types=()):
@@ -88,9 +89,28 @@ def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, opaque_types=
     return deco
 
 
+def register_variant(*ops: str):
+    """The rule of ops like ZerosLike or AddN when their ``T`` is variant: the values are
+    TensorLists (lower/tensor_list.py), not tensors, so the tensor rule does not apply."""
+    def deco(fn):
+        for op in ops:
+            if op in VARIANT_RULES:
+                raise ValueError(f"duplicate variant lowering for {op}")
+            VARIANT_RULES[op] = Rule(fn, (), False, frozenset({"variant"}))
+        return fn
+    return deco
+
+
+def _rule(node: Node) -> Rule | None:
+    t = node.attrs.get("T")
+    if isinstance(t, TFType) and t.name == "variant" and node.op in VARIANT_RULES:
+        return VARIANT_RULES[node.op]
+    return RULES.get(node.op)
+
+
 def refusal(node: Node) -> str | None:
     """Why ``node`` has no lowering (None when it has one for its dtypes)."""
-    rule = RULES.get(node.op)
+    rule = _rule(node)
     if rule is None:
         return f"no tfjit lowering for '{node.op}'"
     for key, value in node.attrs.items():
@@ -105,7 +125,7 @@ def refusal(node: Node) -> str | None:
 
 
 def lower_node(m: Module, node: Node, inputs: list, functions=None) -> list:
-    rule = RULES.get(node.op)
+    rule = _rule(node)
     reason = refusal(node)
     if reason:
         raise Unsupported(reason)

@@ -23,7 +23,7 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import ALL, Unsupported, register
+from tfjit.lower.registry import ALL, Unsupported, register, register_variant
 
 _OPAQUE = ("variant",)
 
@@ -196,3 +196,30 @@ def _stack(ctx):
             raise Unsupported("TensorListStack of a list whose element shape is unknown")
         return _zeros(ctx, lst.dtype, (n,) + element)
     return ctx.m.slice(lst.items, (0,) * lst.items.rank, (n,) + lst.element)
+
+
+# -- the variant forms of generic ops (gradients of loops over lists use them) --------------------
+
+@register_variant("ZerosLike")
+def _zeros_like(ctx):
+    lst = _list(ctx)
+    items = None if lst.items is None else _zeros(ctx, lst.dtype, lst.items.shape)
+    return TensorList(lst.dtype, lst.capacity, lst.element, items, lst.length)
+
+
+@register_variant("AddN")
+def _add_n(ctx):
+    """Element-wise sums of lists of one length (TF: unset elements count as zeros)."""
+    lists = [_list(ctx, i) for i in range(len(ctx.inputs))]
+    first = lists[0]
+    known = [x for x in lists if x.items is not None]
+    if not known:
+        return first
+    element = known[0].element
+    if any(x.dtype is not first.dtype or x.capacity != first.capacity or
+           x.element not in (None, element) for x in lists):
+        raise Unsupported("AddN of TensorLists of different types, sizes or element shapes")
+    total = known[0].items
+    for x in known[1:]:
+        total = ctx.m.elementwise(Op.ADD, total, x.items)
+    return TensorList(first.dtype, first.capacity, element, total, first.length)
