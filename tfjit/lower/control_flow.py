@@ -106,7 +106,10 @@ def _while(ctx):
                 raise Unsupported(f"TensorList loop variable {k} has no element shape: neither "
                                   f"its element_shape nor body {body_fn} sets one")
             args[k] = ready(ctx, args[k], r.element)
-    for _ in range(2):   # the second lowering sinks the constant loop invariants found by the first
+    # Lowered again until what the body is given settles: the constant loop invariants
+    # found are sunk into it, and what holds for TensorLists in every iteration (a
+    # constant pushed each time) is what it may assume.
+    for _ in range(6):
         body = _Call(ctx, body_fn, args, sink, body_name)
         flat = body.flat
         if len(body.results) != len(args):
@@ -128,9 +131,13 @@ def _while(ctx):
             outs += _parts(r)
         invariant = {k for k, (p, o) in enumerate(zip(body.parts, outs)) if o is p}
         wanted = {k for k in invariant if flat[k].op is Op.CONSTANT}
-        if wanted == sink:
+        facts = [a.joined(r) if isinstance(a, TensorList) else a for a, r in zip(args, body.results)]
+        if wanted == sink and all(not isinstance(a, TensorList) or a.same_facts(f)
+                                  for a, f in zip(args, facts)):
             break
-        sink = wanted
+        sink, args = wanted, facts
+    else:
+        raise Unsupported(f"lowering body {body_fn} did not settle on its loop variables")
     cond = _Call(ctx, cond_fn, args, sink, cond_name)
     if len(cond.results) != 1 or not isinstance(cond.results[0], Instr):
         raise Unsupported(f"condition {cond_fn} must return one tensor")

@@ -8,6 +8,12 @@ an item is a dynamic-slice, setting one a dynamic-update-slice of the buffer
 no variant tensor left.  Elements never set read as zeros, as TF's do when the
 element shape is known.
 
+A list also remembers, while it holds, that every element set so far is one
+and the same constant (``constant``; ``fresh``: nothing set yet).  A loop's
+gradient pushes such constants (shapes, lengths) into accumulator lists and pops
+them in the backward loop, where they must be compile-time constants again
+(TensorListReserve's size); control_flow.py carries this fact through loops.
+
 Refused (with a reason): lists without a static capacity (EmptyTensorList with
 max_num_elements=-1), an element shape that is still unknown where a value is
 needed, and stacking a list whose length is only known at run time.  Indices
@@ -36,6 +42,8 @@ class TensorList:
     element: tuple | None        # None: unknown until an element is set
     items: Instr | None          # [capacity, *element]; None while the element is unknown
     length: Instr                # i32[]
+    constant: np.ndarray | None = None   # every element set so far equals this constant
+    fresh: bool = False                  # no element was set yet (EmptyTensorList)
 
     def parts(self) -> list:
         """The IR values that stand for this list (what a loop carries): its buffer and
@@ -43,9 +51,25 @@ class TensorList:
         return [self.length] if self.items is None else [self.items, self.length]
 
     def with_parts(self, parts: list) -> "TensorList":
-        if self.items is None:
-            return TensorList(self.dtype, self.capacity, None, None, parts[0])
-        return TensorList(self.dtype, self.capacity, self.element, parts[0], parts[1])
+        items, length = (None, parts[0]) if self.items is None else parts
+        return dataclasses.replace(self, items=items, length=length)
+
+    def joined(self, other: "TensorList") -> "TensorList":
+        """This list (its parts) with what holds both for it and for ``other`` (what a
+        loop may hand to its next iteration): a constant that both have, or that
+        ``other`` has when this one is still fresh."""
+        if self.fresh:
+            return dataclasses.replace(self, constant=other.constant, fresh=other.fresh)
+        same = (self.constant is not None and other.constant is not None and not other.fresh
+                and self.constant.shape == other.constant.shape
+                and np.array_equal(self.constant, other.constant))
+        return dataclasses.replace(self, constant=self.constant if same or other.fresh else None)
+
+    def same_facts(self, other: "TensorList") -> bool:
+        if self.fresh != other.fresh or (self.constant is None) != (other.constant is None):
+            return False
+        return self.constant is None or (self.constant.shape == other.constant.shape
+                                         and np.array_equal(self.constant, other.constant))
 
     def same_type(self, other) -> bool:
         return isinstance(other, TensorList) and (other.dtype, other.capacity, other.element) == \
@@ -82,14 +106,16 @@ def _zeros(ctx, dtype: dt.DType, shape: tuple) -> Instr:
 def _new(ctx, capacity: int, element, length: int) -> TensorList:
     dtype = ctx.attr("element_dtype").ir
     items = None if element is None else _zeros(ctx, dtype, (capacity,) + element)
-    return TensorList(dtype, capacity, element, items, ctx.m.scalar(length, dt.I32))
+    zeros = None if element is None or length == 0 else np.zeros(element, dtype.numpy())
+    return TensorList(dtype, capacity, element, items, ctx.m.scalar(length, dt.I32), zeros,
+                      fresh=length == 0)
 
 
 def ready(ctx, lst: TensorList, element: tuple) -> TensorList:
     """``lst`` with a buffer for elements of shape ``element``."""
     if lst.element is None:
         items = _zeros(ctx, lst.dtype, (lst.capacity,) + tuple(element))
-        return TensorList(lst.dtype, lst.capacity, tuple(element), items, lst.length)
+        return dataclasses.replace(lst, element=tuple(element), items=items)
     if tuple(element) != lst.element:
         raise Unsupported(f"{ctx.node.op}: an element of shape {list(element)} for a list of "
                           f"{list(lst.element)}")
@@ -100,16 +126,23 @@ def _index(ctx, x: Instr) -> Instr:
     return ctx.m.convert(x, dt.I32) if x.dtype is not dt.I32 else x
 
 
-def _write(ctx, lst: TensorList, index: Instr, item: Instr) -> Instr:
+def _write(ctx, lst: TensorList, index: Instr, item: Instr, length: Instr) -> TensorList:
+    """``lst`` with ``item`` at ``index`` and the given length."""
     if item.dtype is not lst.dtype:
         raise Unsupported(f"{ctx.node.op}: a {item.dtype} item for a list of {lst.dtype}")
     lst = ready(ctx, lst, item.shape)
     zero = ctx.m.scalar(0, dt.I32)
     update = ctx.m.reshape(item, (1,) + item.shape)
-    return ctx.m.dynamic_update_slice(lst.items, update, [index] + [zero] * item.rank), lst
+    items = ctx.m.dynamic_update_slice(lst.items, update, [index] + [zero] * item.rank)
+    value = item.value if item.op is Op.CONSTANT else None
+    if value is not None and not lst.fresh and (lst.constant is None or not np.array_equal(lst.constant, value)):
+        value = None
+    return dataclasses.replace(lst, items=items, length=length, constant=value, fresh=False)
 
 
 def _read(ctx, lst: TensorList, index: Instr, element_operand: int) -> Instr:
+    if lst.constant is not None and not lst.fresh:      # every element is this constant
+        return ctx.m.constant(lst.constant, lst.dtype)
     if lst.items is None:
         element = _element_shape(ctx, element_operand)
         if element is None:
@@ -151,16 +184,14 @@ def _set_item(ctx):
         raise Unsupported("TensorListSetItem with resize_if_index_out_of_bounds: the list's size "
                           "would depend on values")
     lst = _list(ctx)
-    items, lst = _write(ctx, lst, _index(ctx, ctx.inputs[1]), ctx.inputs[2])
-    return TensorList(lst.dtype, lst.capacity, lst.element, items, lst.length)
+    return _write(ctx, lst, _index(ctx, ctx.inputs[1]), ctx.inputs[2], lst.length)
 
 
 @register("TensorListPushBack", dtypes=ALL, opaque_types=_OPAQUE)
 def _push_back(ctx):
     lst = _list(ctx)
-    items, lst = _write(ctx, lst, lst.length, ctx.inputs[1])
     length = ctx.m.elementwise(Op.ADD, lst.length, ctx.m.scalar(1, dt.I32))
-    return TensorList(lst.dtype, lst.capacity, lst.element, items, length)
+    return _write(ctx, lst, lst.length, ctx.inputs[1], length)
 
 
 @register("TensorListPopBack", dtypes=ALL, opaque_types=_OPAQUE)
@@ -168,7 +199,7 @@ def _pop_back(ctx):
     lst = _list(ctx)
     length = ctx.m.elementwise(Op.SUB, lst.length, ctx.m.scalar(1, dt.I32))
     item = _read(ctx, lst, length, 1)
-    return [TensorList(lst.dtype, lst.capacity, lst.element, lst.items, length), item]
+    return [dataclasses.replace(lst, length=length), item]
 
 
 @register("TensorListLength", dtypes=ALL, opaque_types=_OPAQUE)
@@ -204,7 +235,8 @@ def _stack(ctx):
 def _zeros_like(ctx):
     lst = _list(ctx)
     items = None if lst.items is None else _zeros(ctx, lst.dtype, lst.items.shape)
-    return TensorList(lst.dtype, lst.capacity, lst.element, items, lst.length)
+    zeros = None if lst.element is None else np.zeros(lst.element, lst.dtype.numpy())
+    return dataclasses.replace(lst, items=items, constant=zeros)
 
 
 @register_variant("AddN")
