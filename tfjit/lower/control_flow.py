@@ -131,11 +131,13 @@ def _while(ctx):
             outs += _parts(r)
         invariant = {k for k, (p, o) in enumerate(zip(body.parts, outs)) if o is p}
         wanted = {k for k in invariant if flat[k].op is Op.CONSTANT}
+        if wanted != sink:        # first settle what is sunk: facts found before are weaker
+            sink = wanted
+            continue
         facts = [a.joined(r) if isinstance(a, TensorList) else a for a, r in zip(args, body.results)]
-        if wanted == sink and all(not isinstance(a, TensorList) or a.same_facts(f)
-                                  for a, f in zip(args, facts)):
+        if all(not isinstance(a, TensorList) or a.same_facts(f) for a, f in zip(args, facts)):
             break
-        sink, args = wanted, facts
+        args = facts
     else:
         raise Unsupported(f"lowering body {body_fn} did not settle on its loop variables")
     cond = _Call(ctx, cond_fn, args, sink, cond_name)
