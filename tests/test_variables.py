@@ -189,3 +189,58 @@ def test_session_training_updates_variables_in_the_cluster():
         assert "ResourceApplyGradientDescent" in ops and "ReadVariableOp" in ops
     finally:
         config.set_flags(tfjit_auto_jit=saved[0], tfjit_cpu_global_jit=saved[1])
+
+
+def _address(v) -> int:
+    """Where the variable's value lives now (ReadVariableOp aliases it; nothing kept)."""
+    return v.value().numpy().ctypes.data
+
+
+def test_optimizer_updates_are_written_in_place():
+    v = tf.Variable(tf.reshape(tf.range(4096, dtype=tf.float32), [64, 64]) / 100.0)
+    m = tf.Variable(tf.zeros([64, 64]))
+    ref_v, ref_m = tf.Variable(v), tf.Variable(m)
+
+    def step(vs, g):
+        var, mom = vs
+        R.ResourceApplyMomentum(var=var.handle, accum=mom.handle, lr=tf.constant(0.1), grad=g,
+                                momentum=tf.constant(0.9))
+        return tf.reduce_sum(var)
+    jit = tfjit.function(lambda g: step((v, m), g))
+    ref = tf.function(lambda g: step((ref_v, ref_m), g))
+    g = tf.constant(np.random.default_rng(4).standard_normal((64, 64), dtype=np.float32))
+    assert_matches(jit(g).numpy(), ref(g).numpy(), rtol=1e-5)      # compiles
+    assert jit.compiled(g).plan.update_in_place == [True, True]
+    before = (_address(v), _address(m))
+    for _ in range(3):
+        assert_matches(jit(g).numpy(), ref(g).numpy(), rtol=1e-5)
+    assert (_address(v), _address(m)) == before          # no fresh buffers
+    assert_matches(v.numpy(), ref_v.numpy(), rtol=1e-6)
+    assert_matches(m.numpy(), ref_m.numpy(), rtol=1e-6)
+
+
+def test_a_held_old_value_is_not_overwritten():
+    v = tf.Variable(tf.ones([128]))
+    def step():
+        v.assign_add(tf.ones([128]) * 2.0)
+        return tf.constant(0.0)
+    jit = tfjit.function(step)
+    held = v.value()                           # someone still reads the old value
+    jit()
+    assert_matches(held.numpy(), np.ones([128], np.float32))
+    assert_matches(v.numpy(), np.full([128], 3.0, np.float32))
+    del held
+    jit()                                      # now nobody does: written in place
+    assert_matches(v.numpy(), np.full([128], 5.0, np.float32))
+
+
+def test_an_update_that_reads_its_variable_across_a_row_gets_a_fresh_buffer():
+    def make():
+        v = tf.Variable(tf.reshape(tf.range(24, dtype=tf.float32), [4, 6]) / 5.0)
+
+        def step():
+            v.assign(tf.nn.softmax(v))         # each element needs the whole row's old value
+            return tf.reduce_sum(v)
+        return [v], step
+    jit = run_both(make, (), steps=3)
+    assert jit.compiled().plan.update_in_place == [False]

@@ -7,12 +7,17 @@
         return tf.reduce_sum(x + y * z)
 
 Public names load lazily, so ``import tfjit.runtime`` (all a deployed artefact
-needs) does not pull in the compiler.
+needs) does not pull in the compiler.  Importing tfjit installs the Keras hook
+(tfjit/keras.py), which does nothing until Keras's TensorFlow trainer is imported.
 """
 import importlib
 
+from tfjit import keras
+
 __version__ = "0.1.0"
-__all__ = ["Function", "function", "config", "explain"]
+__all__ = ["Function", "function", "config", "explain", "keras"]
+
+keras.install_on_import()
 
 _LAZY = {"Function": "tfjit.api.function", "function": "tfjit.api.function",
          "explain": "tfjit.api.explain"}

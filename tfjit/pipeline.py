@@ -99,6 +99,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
         messages=list(MESSAGES),
         update_inputs=list(m.updates),
+        update_in_place=plan.update_in_place,
         keepalive=code)
     return Compiled(name, signature, before, text.module_str(m), fusions, plan, code, executable,
                     time.perf_counter() - start)

@@ -12,6 +12,16 @@ ratios, and tfjit's achieved memory throughput against the machine's measured
 read bandwidth (a STREAM-like test: every core summing its share of a large
 array).  The machine may be shared and noisy: medians of many runs, nothing
 asserted.  Prints a markdown table (the README's table comes from here).
+
+The variants of a workload are timed round-robin (one call of each per round;
+20 calls in a row for the per-call latency row, which reports their mean), so a
+change in the machine's load shifts every column alike.  An auto mode is
+switched on around each call of its function only, outside the timed region:
+TensorFlow keys a function's instantiation by the session config in effect at
+the call (``global_jit_level`` among it), so a function called after its mode
+was switched off would be instantiated again, unclustered, and the column
+would time TF graph mode instead.  ``--spread`` adds each column's
+25th-75th percentile range.
 """
 from __future__ import annotations
 
@@ -31,14 +41,40 @@ import tfjit  # noqa: E402
 
 
 def median_ms(fn, runs: int, warmup: int = 3) -> float:
+    return float(np.median(time_ms({"fn": Variant(fn)}, runs, warmup)["fn"]))
+
+
+class Variant:
+    """A callable to time, with ``enter``/``exit`` run around each timing, untimed.
+    ``once()`` times ``repeat`` calls in a row and returns seconds per call."""
+
+    def __init__(self, fn, enter=None, exit=None, repeat: int = 1):
+        self.fn, self.enter, self.exit, self.repeat = fn, enter, exit, repeat
+
+    def once(self) -> float:
+        if self.enter:
+            self.enter()
+        try:
+            t = time.perf_counter()
+            for _ in range(self.repeat):
+                _block(self.fn())
+            return (time.perf_counter() - t) / self.repeat
+        finally:
+            if self.exit:
+                self.exit()
+
+
+def time_ms(variants: dict, runs: int, warmup: int = 3) -> dict:
+    """{name: array of ms}: ``warmup`` untimed rounds, then ``runs`` rounds of one call
+    of every variant in turn."""
     for _ in range(warmup):
-        _block(fn())
-    times = []
+        for v in variants.values():
+            v.once()
+    times = {k: [] for k in variants}
     for _ in range(runs):
-        t = time.perf_counter()
-        _block(fn())
-        times.append(time.perf_counter() - t)
-    return float(np.median(times) * 1e3)
+        for k, v in variants.items():
+            times[k].append(v.once() * 1e3)
+    return {k: np.array(t) for k, t in times.items()}
 
 
 def _block(result):
@@ -62,26 +98,41 @@ def read_bandwidth_gbs(runs: int = 15) -> float:
     return data.shape.num_elements() * 4 / (median_ms(lambda: read(data), runs) / 1e3) / 1e9
 
 
-def auto_clustered(fn, inputs, mode: str):
-    """``tf.function(fn)`` instantiated (at its first call) under an auto-clustering mode:
-    "xla" (TF's) or "tfjit"; the mode is switched off again afterwards, and the
-    function keeps the graph it was instantiated with."""
+def _mode_on(mode: str) -> None:
+    if mode == "xla":
+        tfjit.config.set_flags(tfjit_auto_jit=-1)    # tfjit would follow XLA's jit level too
+        _set_tf_jit("autoclustering")
+    else:
+        tfjit.config.set_jit("autoclustering")
+
+
+def _mode_off(mode: str = "both") -> None:
+    if mode != "tfjit":
+        _set_tf_jit(False)
+    tfjit.config.set_flags(tfjit_auto_jit=0, tfjit_cpu_global_jit=False)
+
+
+def _set_tf_jit(level) -> None:
+    """``tf.config.optimizer.set_jit``, paying here (untimed) for the function-call
+    options it drops, which TF would otherwise rebuild in the next timed call."""
+    from tensorflow.python.eager import context
+    tf.config.optimizer.set_jit(level)
+    context.context().function_call_options   # noqa: B018 - rebuilt on access
+
+
+def auto_clustered(fn, inputs, mode: str, repeat: int = 1) -> Variant:
+    """``tf.function(fn)`` instantiated (at its first call) under an auto-clustering mode,
+    "xla" (TF's) or "tfjit", as a Variant that switches the mode on around its calls:
+    the rest of the process runs with both modes off."""
     from tfjit.api import autojit
     f = tf.function(fn)
     before = autojit.stats["graphs_clustered"]
-    if mode == "xla":
-        tfjit.config.set_flags(tfjit_auto_jit=-1)    # tfjit would follow XLA's jit level too
-        tf.config.optimizer.set_jit("autoclustering")
-    else:
-        tfjit.config.set_jit("autoclustering")
-    try:
-        _block(f(*inputs))
-    finally:
-        tf.config.optimizer.set_jit(False)
-        tfjit.config.set_flags(tfjit_auto_jit=0, tfjit_cpu_global_jit=False)
+    variant = Variant(lambda: f(*inputs), lambda: _mode_on(mode), lambda: _mode_off(mode),
+                      repeat)
+    variant.once()
     if mode == "tfjit" and autojit.stats["graphs_clustered"] == before:
         print(f"note: tfjit auto mode found no cluster in {fn.__name__}", file=sys.stderr)
-    return f
+    return variant
 
 
 # -- workloads: (name, function, input shapes, bytes moved per call) --------------------
@@ -129,7 +180,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--only", nargs="*", help="workload names to run")
+    ap.add_argument("--spread", action="store_true",
+                    help="show each column's 25th-75th percentile range")
     args = ap.parse_args(argv)
+    _mode_off()    # an explicit session config from the start: see the module docstring
     bw = read_bandwidth_gbs()
     print(f"machine: {os.cpu_count()} cores, measured read bandwidth {bw:.1f} GB/s; "
           f"TF {tf.__version__}; medians of {args.runs} runs\n")
@@ -141,22 +195,28 @@ def main(argv=None) -> int:
         if args.only and name not in args.only:
             continue
         inputs = [tf.constant(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
-        runs = args.runs * (20 if name == "latency" else 1)
-        graph = tf.function(fn)
-        xla = tf.function(fn, jit_compile=True)
+        rep = 20 if name == "latency" else 1     # calls per timing: per-call latency, warm
+        graph, xla = tf.function(fn), tf.function(fn, jit_compile=True)
         jit = tfjit.function(fn, jit_compile=True)
-        t_graph = median_ms(lambda: graph(*inputs), runs)
-        t_xla = median_ms(lambda: xla(*inputs), runs)
-        t_jit = median_ms(lambda: jit(*inputs), runs)
-        xla_auto = auto_clustered(fn, inputs, "xla")
-        jit_auto = auto_clustered(fn, inputs, "tfjit")
-        t_xla_auto = median_ms(lambda: xla_auto(*inputs), runs)
-        t_auto = median_ms(lambda: jit_auto(*inputs), runs)
+        variants = {"graph": Variant(lambda: graph(*inputs), repeat=rep),
+                    "xla": Variant(lambda: xla(*inputs), repeat=rep),
+                    "jit": Variant(lambda: jit(*inputs), repeat=rep),
+                    "xla_auto": auto_clustered(fn, inputs, "xla", rep),
+                    "auto": auto_clustered(fn, inputs, "tfjit", rep)}
+        times = time_ms(variants, args.runs)
+        t = {k: float(np.median(v)) for k, v in times.items()}
+
+        def cell(k):
+            if not args.spread:
+                return f"{t[k]:.3f}"
+            lo, hi = np.percentile(times[k], [25, 75])
+            return f"{t[k]:.3f} ({lo:.3f}-{hi:.3f})"
         nbytes = tensors_moved * int(np.prod(shapes[0])) * 4
-        gbs = nbytes / (t_jit / 1e3) / 1e9
-        print(f"| {title} | {t_graph:.3f} | {t_xla:.3f} | {t_jit:.3f} | {t_graph / t_jit:.2f}x | "
-              f"{t_xla / t_jit:.2f}x | {gbs:.1f} | {100 * gbs / bw:.0f}% | {t_xla_auto:.3f} | "
-              f"{t_auto:.3f} | {t_jit / t_auto:.2f}x | {t_xla_auto / t_auto:.2f}x |", flush=True)
+        gbs = nbytes / (t["jit"] / 1e3) / 1e9
+        print(f"| {title} | {cell('graph')} | {cell('xla')} | {cell('jit')} | "
+              f"{t['graph'] / t['jit']:.2f}x | {t['xla'] / t['jit']:.2f}x | {gbs:.1f} | "
+              f"{100 * gbs / bw:.0f}% | {cell('xla_auto')} | {cell('auto')} | "
+              f"{t['jit'] / t['auto']:.2f}x | {t['xla_auto'] / t['auto']:.2f}x |", flush=True)
     # compile time of the seed example in a warm process: a fresh function and a shape
     # not seen before, so nothing comes from the compile cache
     x = [tf.constant(rng.standard_normal((4095, 4096), dtype=np.float32)) for _ in range(3)]

@@ -18,6 +18,7 @@ from tfjit.graph import auto, debug
 
 class AutoEntry:
     """A traced function with its compilable clusters replaced by launch nodes."""
+    cacheable = True
 
     def __init__(self, cf):
         gd = cf.graph.as_graph_def()

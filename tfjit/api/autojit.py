@@ -11,6 +11,8 @@ body, Keras's included.  Whether a graph is clustered follows XLA's rules:
 * on CPU only with ``--tfjit_cpu_global_jit`` (as ``--tf_xla_cpu_global_jit``);
   without it nothing is clustered and that is said once.
 
+Eager ops, which TF runs as one-op function graphs, are never clustered.
+
 The pass never fails a run: any error here leaves that graph to TensorFlow
 (the op library logs the reason).  Nodes tfjit leaves unclustered get
 ``_XlaCompile=false`` so TensorFlow's own XLA does not compile them instead.
@@ -77,10 +79,11 @@ def wanted(jit_level: int) -> bool:
     return True
 
 
-def on_graph(data: bytes, is_function: bool, jit_level: int) -> bytes | None:
+def on_graph(data: bytes, is_function: bool, jit_level: int,
+             function_name: str = "") -> bytes | None:
     """The pass callback: the rewritten GraphDef's bytes, or None to leave it."""
     stats["graphs_seen"] += 1
-    if not wanted(jit_level):
+    if not wanted(jit_level) or is_eager_op(function_name):
         return None
     from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
@@ -113,6 +116,17 @@ def on_graph(data: bytes, is_function: bool, jit_level: int) -> bytes | None:
 
 
 _TYPES_ATTR = "_tfjit_output_types"   # set by cluster_pass.cc
+# TensorFlow runs each eager op as a one-op function of this name prefix
+# (WrapInCallOp in core/common_runtime/eager/execute.cc).
+_EAGER_OP_PREFIX = "__wrapped__"
+
+
+def is_eager_op(function_name: str) -> bool:
+    """Is this graph an eager op that TF wrapped in a function?  Those are never
+    clustered, as XLA never auto-clusters eager ops: eager code asks for op-by-op
+    execution, often with changing shapes, and a compile per op and shape costs far
+    more than one op's kernel could win back."""
+    return function_name.startswith(_EAGER_OP_PREFIX)
 
 
 def _tensor_info(gd):

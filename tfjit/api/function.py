@@ -8,23 +8,41 @@ straight to the TfjitLaunch op (one eager op, no tf.function round trip).
 
 ``jit_compile=None``: auto-clustering inside this function; ``False``: a plain
 ``tf.function``.
+
+Called while another function is being traced (a ``tf.function``, Keras's
+steps), the launch op becomes a node of that graph.  When the graph's shapes
+are not all known there (Keras's batch dimension, relaxed shapes) or an input
+is a resource handle, the node carries the cluster's definition and compiles
+lazily, once per concrete signature, when it first runs (DESIGN.md,
+"Execution"); a must-compile error then surfaces as the op's
+InvalidArgumentError, with the same message.
+
+A call recorded by a ``tf.GradientTape`` is differentiable: api/gradient.py
+registers the gradient of TfjitLaunch.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import threading
+import weakref
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import record
+from tensorflow.python.ops import resource_variable_ops
 
 from tfjit import dtypes as dt
 from tfjit.api import errors
+from tfjit.api import gradient  # noqa: F401  (registers the gradient of TfjitLaunch)
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
 from tfjit.graph import cluster as clustering
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
 from tfjit.runtime import launch
+
+log = logging.getLogger("tfjit")
 
 
 def _is_tensor(x) -> bool:
@@ -33,7 +51,7 @@ def _is_tensor(x) -> bool:
 
 def _leaf_key(x):
     if isinstance(x, tf.Tensor):
-        return (x.dtype, tuple(x.shape))
+        return (x.dtype, None if x.shape.rank is None else tuple(x.shape.as_list()))
     if isinstance(x, np.ndarray):
         return (tf.as_dtype(x.dtype), x.shape)
     if isinstance(x, tf.Variable):
@@ -46,32 +64,68 @@ def _leaf_key(x):
 
 
 class _Entry:
-    """One compiled signature: calls the launch op and rebuilds the output structure."""
+    """One traced signature: calls the launch op and rebuilds the output structure.
 
-    def __init__(self, key, compiled, captures, structured_outputs, out_dtypes, out_shapes, spec):
+    ``compiled`` is None when the signature is compiled lazily by the launch op
+    (shapes not all known at trace time); the node then carries ``cluster_def``
+    and, when it may fall back, the traced function itself (``fallback``)."""
+
+    def __init__(self, key, compiled, cf, spec, out_shapes, lazy: bool, fallback=None):
         self.key = key
         self.compiled = compiled
-        self.captures = captures
-        self.structured_outputs = structured_outputs
-        self.out_dtypes = out_dtypes
+        self.captures = list(cf.captured_inputs)
+        self.variables = list(cf.graph.variables)   # watched by an outer tape, as TF's calls do
+        self.structured_outputs = cf.structured_outputs
+        self.out_dtypes = [t.dtype for t in cf.outputs]
         self.out_shapes = out_shapes
         self.spec = spec
+        self.lazy = lazy
+        self.fallback = fallback
+        # A capture of another graph's tensor is only valid in that graph: not cached.
+        self.cacheable = all(not isinstance(c, tf.Tensor) or hasattr(c, "numpy") for c in self.captures)
 
     def __call__(self, flat_tensors):
+        if self.variables and record.could_possibly_record():
+            for v in self.variables:
+                resource_variable_ops.variable_accessed(v)
+        graph_mode = not tf.executing_eagerly()
         outs = launch.launch(list(flat_tensors) + self.captures, cluster=self.spec.key,
-                             Tout=self.out_dtypes, output_shapes=self.out_shapes)
+                             cluster_def=self.spec.graph_def if graph_mode else b"",
+                             Tout=self.out_dtypes, output_shapes=self.out_shapes,
+                             fallback=self.fallback if graph_mode else None)
         it = iter(outs)
         return tf.nest.map_structure(lambda x: next(it) if isinstance(x, tf.Tensor) else x,
                                      self.structured_outputs)
 
+    def latest(self):
+        """The ``pipeline.Compiled`` of this entry (the latest one, when compiled lazily)."""
+        return self.compiled if self.compiled is not None else SERVICE.latest.get(self.spec.key)
+
+
+class _InTensorFlow:
+    """A signature that ``fall_back`` functions run as a plain tf.function."""
+    cacheable = True
+    compiled = None
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
 
 class Function:
-    def __init__(self, fn, jit_compile=True, autograph: bool = True, name: str | None = None):
+    """``fall_back`` (what Keras's ``jit_compile="auto"`` uses): must-compile, except that
+    a function tfjit cannot compile runs as a plain tf.function instead, said in one log
+    line (or passed to ``fall_back(message)`` when it is a callable), and a lazily
+    compiled signature that fails runs the traced function (the launch node carries it)
+    instead of failing.  ``reduce_retracing`` is passed to the tf.function that traces."""
+
+    def __init__(self, fn, jit_compile=True, autograph: bool = True, name: str | None = None,
+                 *, fall_back=False, reduce_retracing: bool = False):
         if jit_compile not in (True, False, None):
             raise ValueError(f"jit_compile must be True, False or None, got {jit_compile!r}")
         self._fn = fn
         self.jit_compile = jit_compile
-        self._tf = tf.function(fn, autograph=autograph)
+        self.fall_back = fall_back
+        self._tf = tf.function(fn, autograph=autograph, reduce_retracing=reduce_retracing)
         self._entries: dict = {}
         self._lock = threading.Lock()
         self.name = name or getattr(fn, "__name__", "fn")
@@ -92,18 +146,22 @@ class Function:
         if entry is None:
             with self._lock:
                 entry = self._entries.get(key) or self._build(key, args, kwargs)
-                self._entries[key] = entry
+                if entry.cacheable:
+                    self._entries[key] = entry
+        if isinstance(entry, _InTensorFlow):
+            return self._tf(*args, **kwargs)
         return entry([x for x in flat if _is_tensor(x)])
 
     def experimental_get_compile_count(self) -> int:
-        """How many signatures this function has compiled (one per new shape/dtype signature)."""
-        return len(self._entries)
+        """How many signatures this function has traced for tfjit (one per new shape/dtype
+        signature; a lazily compiled one counts once, however many shapes it then sees)."""
+        return sum(not isinstance(e, _InTensorFlow) for e in self._entries.values())
 
     # -- tracing and compiling -------------------------------------------------------------
     def _build(self, key, args, kwargs):
         def spec(x):
             if _is_tensor(x):
-                return tf.TensorSpec(tuple(x.shape), tf.as_dtype(x.dtype))
+                return tf.TensorSpec(x.shape, tf.as_dtype(x.dtype))
             return x
         s_args, s_kwargs = tf.nest.map_structure(spec, (args, kwargs))
         cf = self._tf.get_concrete_function(*s_args, **s_kwargs)
@@ -112,30 +170,44 @@ class Function:
             return AutoEntry(cf)
         return self._must_compile(key, cf)
 
+    def _refuse(self, error: tf.errors.InvalidArgumentError):
+        """A must-compile error: raised, or for ``fall_back`` functions logged once."""
+        if not self.fall_back:
+            raise error
+        if not any(isinstance(e, _InTensorFlow) for e in self._entries.values()):
+            line = f"tfjit: {self.name} runs in TensorFlow: " + error.message.replace("\n", " ")
+            if callable(self.fall_back):
+                self.fall_back(line)
+            else:
+                log.info("%s", line)
+        return _InTensorFlow(error.message)
+
     def _must_compile(self, key, cf):
         graph = Graph(cf.graph.as_graph_def())
         graph_name = cf.graph.name
         refused = [(n, graph.nodes[n].op, r) for n, r in mark(graph).items() if r]
         if refused:
-            raise errors.unsupported(graph_name, refused, cf.graph)
-        captures = list(cf.captured_inputs)
+            return self._refuse(errors.unsupported(graph_name, refused, cf.graph))
         inputs = [(t.op.name, t.value_index) for t in cf.inputs]
         outputs = [(t.op.name, t.value_index) for t in cf.outputs]
         names = [n for n in graph.nodes if n not in {i[0] for i in inputs}]
         info = tensor_info(cf.graph)
         spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs, name=graph_name)
         SERVICE.install()
-        SERVICE.register(spec.key, spec.graph_def)
-        signature = tuple(_signature_entry(t, cf) for t in list(cf.inputs))
+        SERVICE.register(spec.key, spec.graph_def, name=_safe(graph_name),
+                         describe=_describer(graph_name, cf.graph))
+        signature = _signature(cf)
+        if signature is None:     # compiled by the launch op, per concrete signature
+            fallback = cf if self.fall_back and not tf.executing_eagerly() else None
+            return _Entry(key, None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
+                          fallback=fallback)
         from tfjit.lower.graph_to_ir import LoweringError
         try:
             compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name))
         except LoweringError as e:
-            raise errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph,
-                                     frame_node=e.caller) from None
-        out_dtypes = [t.dtype for t in cf.outputs]
-        out_shapes = [tuple(t.shape) for t in cf.outputs]
-        return _Entry(key, compiled, captures, cf.structured_outputs, out_dtypes, out_shapes, spec)
+            return self._refuse(errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph,
+                                                   frame_node=e.caller))
+        return _Entry(key, compiled, cf, spec, [tuple(t.shape) for t in cf.outputs], lazy=False)
 
     # -- introspection -----------------------------------------------------------------------
     def _entry(self, args, kwargs):
@@ -147,9 +219,11 @@ class Function:
     def compiled(self, *args, **kwargs):
         """The ``pipeline.Compiled`` for these arguments' signature (must-compile functions)."""
         entry = self._entry(args, kwargs)
+        if isinstance(entry, _InTensorFlow):
+            raise ValueError(f"{self.name} runs in TensorFlow for these arguments: {entry.reason}")
         if not isinstance(entry, _Entry):
             raise ValueError("compiled() is for jit_compile=True functions; use clusters()")
-        return entry.compiled
+        return entry.latest()
 
     def experimental_get_compiler_ir(self, *args, **kwargs):
         """Like TF's: returns ``get(stage="ir") -> str`` for these arguments' signature.
@@ -195,30 +269,57 @@ class Function:
         with self._lock:
             entry = self._entries.get(key) or self._build(key, args, kwargs)
             self._entries[key] = entry
+        if isinstance(entry, _InTensorFlow):
+            raise ValueError(f"{self.name} runs in TensorFlow for these arguments: {entry.reason}")
         return entry.compiled
 
     def clusters(self, *args, **kwargs) -> list:
         """[(cluster name, node names, pipeline.Compiled)] for these arguments' signature."""
         entry = self._entry(args, kwargs)
+        if isinstance(entry, _InTensorFlow):
+            return []
         if isinstance(entry, _Entry):
-            return [(entry.spec.name, entry.spec.nodes, entry.compiled)]
+            return [(entry.spec.name, entry.spec.nodes, entry.latest())]
         return entry.clusters()
 
 
+def _signature(cf):
+    """[(DType, shape)] of the cluster's inputs when all are known now, else None
+    (the launch op then compiles for each concrete signature it meets)."""
+    out = [_signature_entry(t, cf) for t in cf.inputs]
+    return None if any(e is None for e in out) else tuple(out)
+
+
 def _signature_entry(t, cf):
-    """(DType, shape) of one cluster input.  A captured resource variable signs with its
-    value's dtype and current shape, as the launch op does (so a variable created with
-    ``shape=None`` compiles for the shape it holds now, and again when that changes)."""
+    """(DType, shape) of one cluster input, or None when not known before it runs.
+
+    A captured resource variable signs with its value's dtype and current shape, as
+    the launch op does (so a variable created with ``shape=None`` compiles for the
+    shape it holds now, and again when that changes); a resource handle passed as an
+    argument, or captured from another graph, is only known when the op runs."""
     if t.dtype != tf.resource:
+        if not t.shape.is_fully_defined():
+            return None
         return dt.from_tf_enum(t.dtype.as_datatype_enum), tuple(t.shape)
     outer = next((o for o, inner in cf.graph.captures if inner is t), None)
     handle_data = getattr(outer, "_handle_data", None)
-    if outer is None or handle_data is None or not handle_data.shape_and_type:
-        raise errors.unsupported(cf.graph.name, [(t.op.name, "Placeholder",
-                                 "a resource input that is not a captured tf.Variable")], cf.graph)
+    if outer is None or not hasattr(outer, "numpy") or handle_data is None \
+            or not handle_data.shape_and_type:
+        return None
     dtype = dt.from_tf_enum(handle_data.shape_and_type[0].dtype)
-    shape = tf.raw_ops.VariableShape(input=outer, out_type=tf.int64).numpy()
+    with tf.init_scope():
+        shape = tf.raw_ops.VariableShape(input=outer, out_type=tf.int64).numpy()
     return dtype, tuple(int(d) for d in shape)
+
+
+def _describer(graph_name: str, graph):
+    """The message of a LoweringError met when the launch op compiles lazily."""
+    ref = weakref.ref(graph)
+
+    def describe(e) -> str:
+        return errors.message(graph_name, [(e.node, e.op, e.reason)], ref(),
+                              getattr(e, "caller", None))
+    return describe
 
 
 COMPILER_IR_STAGES = ("ir", "optimized_ir", "optimized_ir_dot", "llvm", "asm")

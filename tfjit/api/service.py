@@ -44,6 +44,7 @@ class CompileService:
         self._compiled = collections.OrderedDict()   # (key, signature) -> pipeline.Compiled
         self._defs: dict = {}                         # key -> cluster_def bytes
         self.names: dict = {}                         # key -> cluster name (for logs)
+        self._describers: dict = {}                   # key -> fn(LoweringError) -> message
         self.latest: dict = {}                        # key -> its latest pipeline.Compiled
         self.compile_counts = collections.Counter()   # key -> compilations
         self.fallbacks = collections.Counter()        # key -> times the fallback was chosen
@@ -57,10 +58,19 @@ class CompileService:
                 launch.set_compile_callback(self.on_miss)
                 self.installed = True
 
-    def register(self, key: str, cluster_def: bytes, name: str | None = None) -> None:
+    def register(self, key: str, cluster_def: bytes, name: str | None = None,
+                 describe=None) -> None:
+        """``describe(LoweringError) -> str``: the user's message when a must-compile
+        node of this cluster fails to lower at run time (it can name the source line)."""
         self._defs[key] = cluster_def
         if name:
             self.names.setdefault(key, name)
+        if describe is not None:
+            self._describers[key] = describe
+
+    def definition(self, key: str) -> bytes | None:
+        """The registered cluster definition (serialised GraphDef), if any."""
+        return self._defs.get(key)
 
     def get(self, key: str, signature: tuple, name: str = "cluster"):
         """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss."""
@@ -100,8 +110,15 @@ class CompileService:
                 raise KeyError(f"unknown tfjit cluster {cluster} and no definition in the node")
             self.register(cluster, cluster_def)
         if not can_fall_back:      # must-compile: every failure is the user's error
+            from tfjit.lower.graph_to_ir import LoweringError
             sig = tuple(signature_of([d for d, _ in signature], [s for _, s in signature]))
-            return self.get(cluster, sig).executable
+            try:
+                return self.get(cluster, sig, name=self.names.get(cluster, "cluster")).executable
+            except LoweringError as e:
+                describe = self._describers.get(cluster)
+                if describe is None:
+                    raise
+                raise launch.CompileError(describe(e)) from None
         with self._lock:
             return self._policy(cluster, signature, executions)
 

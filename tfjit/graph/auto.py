@@ -11,22 +11,26 @@ Steps (after XLA's MarkForCompilationPass; tfjit's own code):
    ``_XlaCompile=false``/``_tfjit_compile=false`` opt-outs, non-CPU devices;
 2. a context per node (device, v1 control-flow frame, predicates it is
    conditional on): clusters never span two contexts;
-3. cycle-free edge contraction (graph/cluster.py), size limits; a cluster never
-   takes or returns a TensorList (variant): the nodes on such an edge are
-   refused and the clusters are formed again;
+3. cycle-free edge contraction (graph/cluster.py), size limits in effective
+   ops: Identity/Const count 0, an op whose TF kernel makes several passes over
+   memory (Softmax: 4) counts that many, so it is worth a cluster on its own;
+   a cluster never takes or returns a TensorList (variant): the nodes on such
+   an edge are refused and the clusters are formed again;
 4. each cluster's definition, its fallback function and the rewritten graph.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 
 from tfjit.graph import cluster as clustering
 from tfjit.graph import fallback
 from tfjit.graph.graphdef import Graph
-from tfjit.graph.mark import STRUCTURAL, mark
+from tfjit.graph.mark import mark
 from tfjit.graph.rewrite import rewrite
+from tfjit.lower.registry import multi_pass_ops
 
 OPT_OUT_ATTRS = ("_XlaCompile", "_tfjit_compile")
 _ENTER = frozenset({"Enter", "RefEnter"})
@@ -45,6 +49,8 @@ class Options:
     exclude_ops: frozenset = frozenset()
     deterministic_names: bool = False
     fallback: bool = True              # give launch nodes their original subgraph
+    # op -> effective ops a node of it counts as (see op_weights())
+    weights: dict = dataclasses.field(default_factory=lambda: op_weights())
 
     @classmethod
     def from_flags(cls, flags) -> "Options":
@@ -52,6 +58,30 @@ class Options:
                    op_list(flags.tfjit_ops_to_cluster, "--tfjit_ops_to_cluster"),
                    op_list(flags.tfjit_cluster_exclude_ops, "--tfjit_cluster_exclude_ops"),
                    flags.tfjit_deterministic_cluster_names)
+
+
+# Ops that TensorFlow itself replaces, after tfjit's pass, by a oneDNN kernel making a
+# single fused pass (MklLayoutRewritePass: Softmax -> _MklSoftmax) when oneDNN is on.
+_ONEDNN_FUSED = frozenset({"Softmax"})
+
+
+def op_weights() -> dict:
+    """{op: effective ops it counts as}: the passes TF's own kernel makes
+    (lower/registry.py ``tf_passes``), except for ops TF will run as one fused oneDNN
+    pass: tfjit's kernel is not faster than those, so they count as 1 again."""
+    weights = multi_pass_ops()
+    if _onednn_enabled():
+        weights = {op: n for op, n in weights.items() if op not in _ONEDNN_FUSED}
+    return weights
+
+
+@functools.lru_cache(maxsize=1)
+def _onednn_enabled() -> bool:
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
 
 
 def op_list(text: str, flag: str) -> frozenset:
@@ -148,7 +178,8 @@ def cluster_graph(graph_def, tensor_info, options: Options, outputs: list | None
     marks = candidates(graph, options)
     ctx = contexts(graph)
     while True:
-        groups = clustering.auto_clusters(graph, marks, options.min_size, options.max_size or None, ctx)
+        groups = clustering.auto_clusters(graph, marks, options.min_size, options.max_size or None,
+                                          ctx, options.weights)
         crossing = _variant_crossings(graph, groups, tensor_info, outputs or [])
         if not crossing:
             break
@@ -211,6 +242,7 @@ def is_clusterable_graph(graph_def) -> bool:
     return True
 
 
-def effective_ops(graph: Graph, names) -> int:
-    return sum(1 for n in names if graph.nodes[n].op not in clustering._FREE
-               and graph.nodes[n].op not in STRUCTURAL)
+def effective_ops(graph: Graph, names, weights: dict | None = None) -> int:
+    """The size of a cluster as the min/max cluster size flags count it."""
+    weights = op_weights() if weights is None else weights
+    return sum(clustering.effective_size(graph.nodes[n].op, weights) for n in names)

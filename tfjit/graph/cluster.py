@@ -111,13 +111,14 @@ def _tensor_name(src) -> str:
 
 
 def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None = None,
-                  context: dict | None = None) -> list:
+                  context: dict | None = None, weights: dict | None = None) -> list:
     """Groups compilable nodes into cycle-free clusters by edge contraction.
 
     ``context`` maps a node to a key (device, v1 control-flow frame and
     predicates): nodes with different keys are never merged.  Returns a list of
     node-name lists, each with at least ``min_size`` effective ops
-    (Identity/Const and friends do not count), except a cluster of 2 or more
+    (Identity/Const and friends do not count; a node of an op in ``weights``
+    counts as that many, see ``effective_size``), except a cluster of 2 or more
     that is the whole graph.
 
     A contraction of clusters A and B is refused when a path leaves A and
@@ -132,7 +133,7 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     cluster = {n.name: n.name for n in order if marks.get(n.name, "structural") is None}
     members = {c: {c} for c in cluster}
     last = {c: pos[c] for c in cluster}
-    size = {c: int(graph.nodes[c].op not in _FREE) for c in cluster}   # effective ops
+    size = {c: effective_size(graph.nodes[c].op, weights) for c in cluster}
     succ = {n.name: [] for n in order}
     for n in order:
         for src in graph.sources(n):
@@ -178,8 +179,10 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             last[keep] = max(last[keep], last.pop(gone))
             size[keep] += size.pop(gone)
     # A cluster holding every node of the graph that computes anything is kept at any
-    # size from 2 ops: it replaces all of TF's ops by one launch, so it can only save
-    # overhead. (Not from 1: TF runs each eager op as a one-op function graph.)
+    # size from 2 effective ops: it replaces all of TF's ops by one launch, so it can
+    # only save overhead. (Not from 1: a lone one-pass op gains nothing from fusion.
+    # TF runs each eager op as a one-op function graph; the graph pass never clusters
+    # those, whatever their size: api/autojit.py.)
     whole = len(members) == 1 and all(why is None for why in marks.values())
     out = [sorted(names, key=pos.get) for root, names in members.items()
            if size[root] >= min_size or (whole and size[root] >= 2)]
@@ -187,3 +190,11 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
 
 
 _FREE = frozenset({"Identity", "Const", "IdentityN", "StopGradient", "Snapshot", "NoOp"}) | STRUCTURAL
+
+
+def effective_size(op: str, weights: dict | None = None) -> int:
+    """How many ops a node of ``op`` counts as in a cluster's size: 0 for the free ones,
+    ``weights[op]`` for an op whose TF kernel is several passes over memory, else 1."""
+    if op in _FREE:
+        return 0
+    return (weights or {}).get(op, 1)

@@ -100,7 +100,10 @@ def _shifted_logits(m, x):
     return m.elementwise(Op.SUB, x, m.broadcast(row, x.shape, range(x.rank - 1)))
 
 
-@register("Softmax", dtypes=FLOATS, half_in_f32=True)
+# TF's Softmax and LogSoftmax kernels (softmax_op_functor.h) evaluate four Eigen
+# expressions, each a pass over the tensor: the row max, the shifted (and for Softmax
+# exponentiated) values written out, their row sum, and the rescaling written again.
+@register("Softmax", dtypes=FLOATS, half_in_f32=True, tf_passes=4)
 def _softmax(ctx):
     m, x = ctx.m, ctx.inputs[0]
     e = m.elementwise(Op.EXP, _shifted_logits(m, x))
@@ -110,7 +113,7 @@ def _softmax(ctx):
     return m.elementwise(Op.MUL, e, m.broadcast(inverse, x.shape, range(x.rank - 1)))
 
 
-@register("LogSoftmax", dtypes=FLOATS, half_in_f32=True)
+@register("LogSoftmax", dtypes=FLOATS, half_in_f32=True, tf_passes=4)
 def _log_softmax(ctx):
     m, x = ctx.m, ctx.inputs[0]
     shifted = _shifted_logits(m, x)

@@ -69,6 +69,7 @@ class Rule:
     fn: object
     dtypes: tuple
     half_in_f32: bool
+    tf_passes: int = 1
     opaque_types: frozenset = frozenset()
 
 
@@ -76,15 +77,19 @@ RULES: dict[str, Rule] = {}
 VARIANT_RULES: dict[str, Rule] = {}   # the op on TF variant values (TensorLists): T=variant
 
 
-def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, opaque_types=()):
-    """``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
+def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
+             opaque_types=()):
+    """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
+    (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
+    that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone.
+    ``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
     list although tfjit computes no tensors of them (control flow carries TensorLists and
     variables as the values they stand for)."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
-            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, frozenset(opaque_types))
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes, frozenset(opaque_types))
         return fn
     return deco
 
@@ -96,7 +101,7 @@ def register_variant(*ops: str):
         for op in ops:
             if op in VARIANT_RULES:
                 raise ValueError(f"duplicate variant lowering for {op}")
-            VARIANT_RULES[op] = Rule(fn, (), False, frozenset({"variant"}))
+            VARIANT_RULES[op] = Rule(fn, (), False, 1, frozenset({"variant"}))
         return fn
     return deco
 
@@ -106,6 +111,11 @@ def _rule(node: Node) -> Rule | None:
     if isinstance(t, TFType) and t.name == "variant" and node.op in VARIANT_RULES:
         return VARIANT_RULES[node.op]
     return RULES.get(node.op)
+
+
+def multi_pass_ops() -> dict:
+    """{op: tf_passes} for every op whose TF kernel makes more than one pass."""
+    return {op: r.tf_passes for op, r in RULES.items() if r.tf_passes > 1}
 
 
 def refusal(node: Node) -> str | None:

@@ -387,3 +387,18 @@ def broadcast_gradient_args(s0: list, s1: list) -> tuple:
 def _broadcast_gradient_args(ctx: LowerCtx):
     s0, s1 = ctx.const_ints(0, "BroadcastGradientArgs' s0"), ctx.const_ints(1, "BroadcastGradientArgs' s1")
     return [ctx.m.constant(np.asarray(r, dtype=np.int64), ctx.dtype) for r in broadcast_gradient_args(s0, s1)]
+
+
+@register("DynamicStitch", "ParallelDynamicStitch", dtypes=registry.ALL)
+def _dynamic_stitch(ctx: LowerCtx):
+    """Only with compile-time constant inputs: the shape arithmetic of reduction
+    gradients when the graph's shapes are partly unknown (``math_ops.reduced_shape``)."""
+    n = len(ctx.inputs) // 2
+    indices = [np.asarray(ctx.const(k, "DynamicStitch's indices")) for k in range(n)]
+    data = [np.asarray(ctx.const(n + k, "DynamicStitch's data")) for k in range(n)]
+    size = 1 + max((int(i.max()) for i in indices if i.size), default=-1)
+    item = data[0].shape[indices[0].ndim:]
+    out = np.zeros((size,) + item, dtype=ctx.dtype.numpy())
+    for i, d in zip(indices, data):       # later inputs win, as in TF
+        out[i.reshape(-1)] = d.reshape((-1,) + item)
+    return ctx.m.constant(out, ctx.dtype)

@@ -17,7 +17,7 @@ every call, so a driver may re-point a slot between calls):
   arguments, loop-invariant values: no copy, no slot of their own).
 * A loop-carried value that the body changes is either updated **in place** (one
   state buffer that the body's kernel both reads and writes, when that is safe:
-  see ``_in_place``), or **double-buffered**: the body reads one buffer through
+  see ``_carried_in_place``), or **double-buffered**: the body reads one buffer through
   a pointer slot and writes the other through a second pointer slot, and the
   driver swaps the two pointers after each iteration (no copy per iteration).
   The initial value is copied into the state, unless it is a temp that only the
@@ -69,6 +69,7 @@ class BufferPlan:
     scratch: dict                  # fusion -> slot of its partial results
     output_source: list            # per output: input index it aliases, or -1
     control: dict = dataclasses.field(default_factory=dict)   # while/conditional fusion -> plan
+    update_in_place: list = dataclasses.field(default_factory=list)   # per variable update
 
     @property
     def status_slot(self) -> int:
@@ -95,6 +96,8 @@ def assign(m: Module, fusions: list) -> BufferPlan:
             slots.setdefault(o, []).append(n_in + k)
     plan = BufferPlan(n_in, n_out, slots, [], {}, output_source)
     _Assigner(plan).place(m, fusions)
+    plan.update_in_place = [_variable_in_place(m, fusions, k, m.outputs[n_out - len(m.updates) + u])
+                            for u, k in enumerate(m.updates)]
     return plan
 
 
@@ -172,7 +175,7 @@ class _Assigner:
                 first = src if donated else self.temp(nbytes(x))
                 if not donated:
                     lp.init.append((first, src, nbytes(x)))
-                why = _in_place(k, body, body_fusions)
+                why = _carried_in_place(k, body, body_fusions)
                 if why is None:
                     lp.modes.append("in place")
                     state = first
@@ -235,7 +238,7 @@ class _Assigner:
         self.plan.control[f] = bp
 
 
-def _in_place(k: int, body: Module, fusions: list) -> str | None:
+def _carried_in_place(k: int, body: Module, fusions: list) -> str | None:
     """None when loop-carried value k can live in one buffer that the body updates in
     place, else why not.
 
@@ -273,3 +276,25 @@ def _in_place(k: int, body: Module, fusions: list) -> str | None:
         if fusion_mod.symbolic_reads(w).get(p) == {idx}:
             return None
     return f"{w.name} reads it at other indices than it writes"
+
+
+def _variable_in_place(m: Module, fusions: list, param: int, value) -> bool:
+    """May the new value of variable ``param`` be written over its old value?
+
+    Yes when the old value is dead once the kernel writing the new one has
+    read it: no later kernel reads it, and that kernel reads it only at the
+    index it writes (a flat elementwise kernel), so no thread overwrites an
+    element another still needs.  The launch op still writes a fresh buffer
+    when someone else holds the variable's tensor (runtime/launch_op.cc).
+    """
+    p = m.params[param]
+    if value.shape != p.shape or value.dtype is not p.dtype:
+        return False
+    writer = next((f for f in fusions if value in f.roots), None)
+    if writer is None:
+        return False
+    position = fusions.index(writer)
+    for n, f in enumerate(fusions):
+        if p in fusion_mod.reads(f) and (n > position or (f is writer and not f.flat)):
+            return False
+    return True

@@ -11,11 +11,13 @@
 //
 // ABI with tfjit/runtime/launch.py:
 //   int32_t TfjitPassCallback(graph_def, len, is_function_graph, jit_level,
-//                             result_ctx, error, error_len);
+//                             function_name, result_ctx, error, error_len);
 //     returns 0 (leave the graph as it is), 1 (rewritten: the callback handed
 //     the new GraphDef to TfjitPassResult(result_ctx, data, len)), or < 0
 //     (error message in error). jit_level is the session's
 //     OptimizerOptions.global_jit_level (-1 when there are no session options).
+//     function_name is the NUL-terminated name of the function the graph was
+//     instantiated from ("" for a Session graph).
 //   extern "C" void TfjitSetPassCallback(TfjitPassCallback cb);
 //   extern "C" void TfjitPassResult(void* result_ctx, const char* data, int64_t len);
 
@@ -36,8 +38,8 @@
 
 extern "C" {
 typedef int32_t (*TfjitPassCallback)(const char* graph_def, int64_t len, int32_t is_function_graph,
-                                     int32_t jit_level, void* result_ctx, char* error,
-                                     int32_t error_len);
+                                     int32_t jit_level, const char* function_name,
+                                     void* result_ctx, char* error, int32_t error_len);
 }
 
 namespace tensorflow {
@@ -76,11 +78,13 @@ class TfjitClusterPass : public GraphOptimizationPass {
       jit_level = options.session_options->config.graph_options().optimizer_options()
                       .global_jit_level();
     }
+    const std::string function_name =
+        options.function_def != nullptr ? options.function_def->signature().name() : "";
     std::string result;
     char error[kPassErrorLen] = {0};
     const int32_t rc = callback(serialized.data(), static_cast<int64_t>(serialized.size()),
-                                options.is_function_graph ? 1 : 0, jit_level, &result, error,
-                                kPassErrorLen);
+                                options.is_function_graph ? 1 : 0, jit_level,
+                                function_name.c_str(), &result, error, kPassErrorLen);
     error[kPassErrorLen - 1] = '\0';
     if (rc == 0) return absl::OkStatus();
     if (rc < 0) {

@@ -36,6 +36,7 @@ class TfjitExecutable(ctypes.Structure):
         ("num_steps", ctypes.c_int32), ("steps", ctypes.POINTER(TfjitStep)),
         ("num_messages", ctypes.c_int32), ("messages", ctypes.POINTER(ctypes.c_char_p)),
         ("num_updates", ctypes.c_int32), ("update_input", ctypes.POINTER(ctypes.c_int32)),
+        ("update_in_place", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
@@ -52,6 +53,7 @@ PASS_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int32,
     ctypes.c_void_p, ctypes.c_int64,                             # graph_def, len
     ctypes.c_int32, ctypes.c_int32,                              # is_function_graph, jit_level
+    ctypes.c_char_p,                                             # function_name
     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32)            # result_ctx, error, error_len
 
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
@@ -69,6 +71,10 @@ class Fallback(Exception):
     def __init__(self, reason: str, remember: bool):
         super().__init__(reason)
         self.remember = remember
+
+
+class CompileError(Exception):
+    """Raised by a compile callback: the op fails with exactly this message (no type prefix)."""
 
 
 _FALLBACK_ONCE, _FALLBACK_ALWAYS = 2, 3
@@ -105,11 +111,14 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                     output_shapes: Sequence[Sequence[int]], output_source: Sequence[int],
                     output_forward: Sequence[int], temp_bytes: Sequence[int],
                     steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
-                    update_inputs: Sequence[int] = (), keepalive: object = None) -> Executable:
+                    update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
+                    keepalive: object = None) -> Executable:
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
 
     ``update_inputs``: the last ``len(update_inputs)`` outputs are new values of
-    the resource-variable inputs at these indices (input dtype DT_RESOURCE)."""
+    the resource-variable inputs at these indices (input dtype DT_RESOURCE);
+    ``update_in_place[u]`` says the kernels may write update u over the
+    variable's old value (the op does when nobody else holds that tensor)."""
     n_in, n_out = len(input_dtypes), len(output_dtypes)
     for name, seq in (("output_shapes", output_shapes), ("output_source", output_source),
                       ("output_forward", output_forward)):
@@ -121,6 +130,9 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
     if len(update_inputs) > n_out or any(
             not 0 <= i < n_in or input_dtypes[i] != DT_RESOURCE for i in update_inputs):
         raise ValueError(f"variable updates {list(update_inputs)} must name resource inputs")
+    in_place = [int(bool(x)) for x in update_in_place] or [0] * len(update_inputs)
+    if len(in_place) != len(update_inputs):
+        raise ValueError("update_in_place needs one entry per variable update")
     if any(b < 0 for b in temp_bytes):
         raise ValueError(f"negative temp size in {list(temp_bytes)}")
     for fn, rows, cost in steps:
@@ -137,11 +149,12 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         _array(TfjitStep, [TfjitStep(fn, rows, cost) for fn, rows, cost in steps]),
         _array(ctypes.c_char_p, message_bytes), message_bytes,
         _array(ctypes.c_int32, update_inputs),
+        _array(ctypes.c_int32, in_place),
     )
     struct = TfjitExecutable(n_in, buffers[0], n_out, buffers[1], buffers[2], buffers[3],
                              buffers[4], buffers[5], len(temp_bytes), buffers[6],
                              len(steps), buffers[7], len(messages), buffers[8],
-                             len(update_inputs), buffers[10])
+                             len(update_inputs), buffers[10], buffers[11])
     return Executable(struct, buffers, keepalive)
 
 
@@ -237,6 +250,9 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
         except Fallback as e:
             _write_error(error, error_len, str(e))
             return _FALLBACK_ALWAYS if e.remember else _FALLBACK_ONCE
+        except CompileError as e:
+            _write_error(error, error_len, str(e))
+            return 1
         except BaseException as e:  # noqa: BLE001 - must never escape into C
             try:
                 _write_error(error, error_len, f"{type(e).__name__}: {e}")
@@ -263,18 +279,22 @@ def set_compile_callback(fn: Callable[..., Executable] | None) -> None:
     lib.c.TfjitSetCompileCallback(cb)
 
 
-def set_pass_callback(fn: Callable[[bytes, bool, int], bytes | None] | None) -> None:
-    """Registers the auto-clustering pass's ``fn(graph_def, is_function_graph, jit_level)``.
+def set_pass_callback(fn: Callable[[bytes, bool, int, str], bytes | None] | None) -> None:
+    """Registers the auto-clustering pass's
+    ``fn(graph_def, is_function_graph, jit_level, function_name)``.
 
-    ``fn`` returns the rewritten GraphDef's bytes, or None to leave the graph
-    as it is; an exception leaves the graph unclustered (the op library logs
-    it). ``None`` unregisters.
+    ``function_name`` names the function the graph was instantiated from ("" for a
+    Session graph). ``fn`` returns the rewritten GraphDef's bytes, or None to leave
+    the graph as it is; an exception leaves the graph unclustered (the op library
+    logs it). ``None`` unregisters.
     """
     lib = _lib()
 
-    def callback(data, size, is_function, jit_level, result_ctx, error, error_len):
+    def callback(data, size, is_function, jit_level, function_name, result_ctx, error,
+                 error_len):
         try:
-            out = fn(ctypes.string_at(data, size), bool(is_function), jit_level)
+            out = fn(ctypes.string_at(data, size), bool(is_function), jit_level,
+                     (function_name or b"").decode("utf-8", "replace"))
             if out is None:
                 return 0
             lib.c.TfjitPassResult(result_ctx, out, len(out))
@@ -295,10 +315,15 @@ def set_pass_callback(fn: Callable[[bytes, bool, int], bytes | None] | None) -> 
 # -- Running ----------------------------------------------------------------
 
 def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
-           output_shapes: list, name: str | None = None) -> list:
-    """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs."""
+           output_shapes: list, fallback=None, name: str | None = None) -> list:
+    """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs.
+
+    ``fallback``: a function (e.g. a ConcreteFunction, added to the graph) that takes
+    the same inputs and returns the same outputs: the node can then run it instead of
+    compiled code (the compile callback decides, per signature)."""
     return _lib().ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
                                    cluster_def=cluster_def, output_shapes=output_shapes,
+                                   fallback=[fallback] if fallback is not None else [],
                                    name=name)
 
 

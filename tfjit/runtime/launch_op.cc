@@ -19,8 +19,14 @@
 //     training ops do) for the whole run, passes the variable's value buffer to
 //     the kernels, and signs it as (value dtype + 100, value dims): TF's _REF
 //     encoding. The executable's last num_updates outputs are new values for the
-//     variables at update_input[u]; they are written when every kernel
-//     succeeded, into fresh buffers (a reader holding the old value keeps it).
+//     variables at update_input[u]. Where update_in_place[u] says the kernels
+//     may (the old value is dead once the writing kernel read it) and no one
+//     else holds the variable's tensor, the kernels write the new value over
+//     the old one, as TF's training ops do; otherwise into a fresh buffer that
+//     becomes the variable's value once every kernel succeeded (a reader
+//     holding the old value keeps it). An error in a later kernel can then
+//     leave an in-place variable partly updated, as an error in TF's own
+//     sequence of training ops would.
 //
 //   TfjitStep, TfjitExecutable: defined below. Executables are owned by Python
 //     and read-only here. Steps run in order, each completing before the next
@@ -80,6 +86,7 @@ struct TfjitExecutable {
   int32_t num_steps;   const TfjitStep* steps;
   int32_t num_messages; const char* const* messages;  // status k -> messages[k-1]
   int32_t num_updates; const int32_t* update_input;   // trailing outputs -> variable inputs
+  const int32_t* update_in_place;                      // per update: may overwrite the old value
 };
 
 typedef int32_t (*TfjitCompileCallback)(
@@ -337,7 +344,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
   // kernel succeeded.
   absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
                           const TfjitExecutable& exe, void** bufs,
-                          absl::InlinedVector<Tensor, 4>* updates) {
+                          absl::InlinedVector<Tensor, 4>* updates,
+                          absl::InlinedVector<bool, 4>* in_place) {
     const int node_outputs = exe.num_outputs - exe.num_updates;
     absl::InlinedVector<TensorShape, 4> shapes(exe.num_outputs);
     const int64_t* dims = exe.output_dims;
@@ -368,6 +376,15 @@ class TfjitLaunchOp : public AsyncOpKernel {
     for (int o = 0; o < exe.num_outputs; ++o) {
       if (exe.output_source[o] >= 0) continue;
       if (o >= node_outputs) {
+        const int u = o - node_outputs;
+        Var* var = vars.var(exe.update_input[u]);
+        Tensor* current = var->tensor();
+        if (exe.update_in_place[u] && !var->copy_on_read_mode.load() && current->RefCountIsOne() &&
+            current->shape() == shapes[o] && current->dtype() == exe.output_dtypes[o]) {
+          bufs[o] = Data(*current);
+          (*in_place)[u] = true;      // nothing to swap in afterwards
+          continue;
+        }
         Tensor update;
         TF_RETURN_IF_ERROR(ctx->allocate_temp(static_cast<DataType>(exe.output_dtypes[o]),
                                               shapes[o], &update));
@@ -394,7 +411,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
     absl::InlinedVector<void*, 16> bufs(n_in + n_out + n_tmp + 2, nullptr);
     for (int i = 0; i < n_in; ++i) bufs[i] = Data(vars.value(ctx, i));
     absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
-    TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs.data() + n_in, &updates));
+    absl::InlinedVector<bool, 4> in_place(exe.num_updates, false);
+    TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs.data() + n_in, &updates, &in_place));
     absl::InlinedVector<Tensor, 4> temps(n_tmp);
     for (int t = 0; t < n_tmp; ++t) {
       TensorShape shape;
@@ -416,7 +434,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
     if (status == 0) {
       for (int u = 0; u < exe.num_updates; ++u) {
         Var* var = vars.var(exe.update_input[u]);
-        *var->tensor() = updates[u];
+        if (!in_place[u]) *var->tensor() = updates[u];
         var->is_initialized = true;
       }
       return absl::OkStatus();
