@@ -10,12 +10,17 @@ computation passes through unchanged.
 
 Why generated drivers rather than control steps interpreted by the launch op:
 the executable ABI, the launch op, the host runner and the AOT driver stay as
-they are (AOT objects support loops for free), and the per-iteration cost is a
-few loads and calls.  What interpreting would add is sharding a loop body's
-kernels over TF's pool; ``parallel_for``, when given, does the same from here
-(``tfjit_rt_parallel_for``, in the op library, shards a step whose work is large
-enough exactly as the launch op does), so a big training-loop body still uses
-every core while an LSTM step's small kernels run inline.
+they are (AOT objects support loops for free), and an iteration costs a few
+loads and calls: measured on this project's 2-core machine, 6 ns per iteration
+of a scalar loop (TF's executor: 15.7 us), a Keras LSTM (batch 8, 32 units, 20
+steps) 0.33 ms against tf.function's 5.2 ms.  What interpreting would add is
+sharding a loop body's kernels over TF's pool; with ``parallel`` the driver
+does the same (``tfjit_rt_parallel_for``, runtime/parallel.cc, shards a step
+whose rows x cost reach the launch op's inline threshold, as the launch op
+does), so a big training-loop body still uses every core while an LSTM step's
+small kernels run inline.  (On the 2-core machine, busy with other work, a
+10-iteration loop over 2048x2048 f32 ran in 110-139 ms sharded and 107-130 ms
+inline, TF 220-290 ms: sharding buys nothing there, and costs nothing either.)
 """
 from __future__ import annotations
 
