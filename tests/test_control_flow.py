@@ -430,3 +430,13 @@ def test_keras_model_with_jit_compile_fits_like_tensorflow(layer):
         raise
     want = keras_model(layer, False).fit(KERAS_X, KERAS_Y, epochs=2, batch_size=8, verbose=0)
     same(got, want.history["loss"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("split", [
+    lambda x: tf.split(x, 3, axis=1),
+    lambda x: tf.split(x, [2, -1, 1], axis=-1),
+    lambda x: tf.split(x, [1, 1], axis=0),
+])
+def test_split_and_split_v(split, rng):     # Keras's LSTM/GRU cells split their gates
+    x = tf.constant(rng.standard_normal((2, 6), dtype=np.float32))
+    same(tfjit.function(split)(x), tf.function(split)(x))

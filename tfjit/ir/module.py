@@ -334,13 +334,13 @@ class Module:
 
     def conditional(self, selector: Instr, branches, operands) -> Instr:
         """Runs one branch on ``operands``: with a pred[] selector, branches[0] when true
-        and branches[1] when false; with an s32[] selector, branches[selector], or the
+        and branches[1] when false; with an i32[] selector, branches[selector], or the
         last branch when it is out of range (TF's Case)."""
         branches, operands = tuple(branches), tuple(operands)
         pred = selector.dtype is dt.PRED
         if selector.shape != () or not (pred and len(branches) == 2
                                         or selector.dtype is dt.I32 and branches):
-            raise IRError(f"conditional: a pred[] selector needs 2 branches, an s32[] one at "
+            raise IRError(f"conditional: a pred[] selector needs 2 branches, an i32[] one at "
                           f"least 1; got {selector.dtype.name}{list(selector.shape)} with "
                           f"{len(branches)}")
         types = _types(operands)

@@ -144,7 +144,7 @@ def _literal(s: str, dtype: dt.DType, shape: tuple) -> np.ndarray:
 
 
 def _type(text: str) -> tuple:
-    """(dtype, shape) of ``f32[2,3]``; (TUPLE, ((dtype, shape), ...)) of ``(f32[2], s32[])``."""
+    """(dtype, shape) of ``f32[2,3]``; (TUPLE, ((dtype, shape), ...)) of ``(f32[2], i32[])``."""
     if not text.startswith("("):
         type_name, dims = _TYPE.fullmatch(text).groups()
         if type_name not in dt.BY_NAME:

@@ -15,14 +15,14 @@ branches) print before it, callees first, as HLO's named computations; a
 while or conditional names them and has a tuple type:
 
     computation body.1 {
-      %p0 = s32[] parameter(0)
+      %p0 = i32[] parameter(0)
       ...
       ROOT (%add.2)
     }
 
     module cluster_0 {
-      %while.3 = (s32[]) while(%p0), body=body.1, condition=cond.0
-      %get.4 = s32[] get-tuple-element(%while.3), index=0
+      %while.3 = (i32[]) while(%p0), body=body.1, condition=cond.0
+      %get.4 = i32[] get-tuple-element(%while.3), index=0
       ROOT (%get.4)
     }
 """
