@@ -81,7 +81,8 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         done(p.name, p.run(m))
     fusions = done("fusion", fusion.fuse(m))
     plan = done("buffer-assignment", buffers.assign(m, fusions))
-    llmod, steps = llvm_cpu.emit_module(name, fusions, plan, parallel=True)
+    messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
+    llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages, parallel=True)
     kinds = {f.kind for f in fusion.walk(fusions)}
     if "library" in kinds:   # dot/conv call the op library's Eigen code
         llvm_cpu.define_symbols(launch.symbol_addresses(library.runtime_symbols()))
@@ -97,7 +98,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         output_forward=[-1] * len(m.outputs),
         temp_bytes=plan.temp_bytes,
         steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
-        messages=list(MESSAGES),
+        messages=messages,
         update_inputs=list(m.updates),
         update_in_place=plan.update_in_place,
         keepalive=code)

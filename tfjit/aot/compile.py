@@ -90,12 +90,13 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
         raise AotError(f"cannot compile {i.op.spelling} {{{{node {i.source}}}}}: tfjit-aot does "
                        "not link the runtime library (dot, convolution) yet")
     plan = buffers.assign(m, fusions)
-    llmod, steps = llvm_cpu.emit_module(prefix, fusions, plan)
+    messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
+    llmod, steps = llvm_cpu.emit_module(prefix, fusions, plan, messages)
     llmod.triple = triple
     llmod.data_layout = str(tm.target_data)
     driver.internalize(llmod)
     output_bytes = [o.size * o.dtype.itemsize for o in m.outputs]
-    layout = driver.emit(llmod, prefix, steps, plan, output_bytes, list(MESSAGES),
+    layout = driver.emit(llmod, prefix, steps, plan, output_bytes, messages,
                          x86=triple.startswith("x86_64"))
     with llvm_cpu._lock:     # LLVM's global state is not thread-safe (shared with the JIT)
         mod = llvm.parse_assembly(str(llmod))

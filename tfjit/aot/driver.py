@@ -18,7 +18,9 @@ runs) NULL or misaligned pointers instead of running undefined code.  Outputs
 that are plain copies of an input (``output_source``) are copied at the end.
 
 Status codes: 0 success, 1..N the kernels' runtime messages
-(``codegen.elemental.MESSAGES``), then the driver's own (``DRIVER_MESSAGES``).
+(``codegen.elemental.MESSAGES`` and what kernels add), then the driver's own
+(``DRIVER_MESSAGES``).  The status word is the code of the launch op's TfjitStatus
+(64 bytes; values kernels report with an error are not returned here).
 
 On x86-64 the driver sets MXCSR's flush-to-zero and denormals-are-zero bits
 while kernels run (and restores the caller's), as TensorFlow's threads do, so
@@ -27,10 +29,12 @@ denormal inputs give TF's results.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from llvmlite import ir
 
 from tfjit.codegen.llvm_types import I1, I8, I32, I64, PTR, VOID, i64
+from tfjit.runtime.launch import STATUS_BYTES
 
 ALIGN = 64
 DRIVER_MESSAGES = ("tfjit AOT: cannot allocate memory for temporary buffers",
@@ -95,7 +99,7 @@ def _emit_run_with_temps(module, prefix, steps, plan, output_bytes, layout, x86)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     n_in, n_out = plan.num_inputs, plan.num_outputs
     bufs = b.bitcast(b.alloca(PTR, size=i64(plan.device_slot + 1), name="bufs"), PTR)
-    status_slot = b.alloca(I32, name="status")
+    status_slot = b.alloca(I32, size=i64(STATUS_BYTES // 4), name="status")   # a TfjitStatus
     status_slot.align = ALIGN            # kernels see it as a noalias align-64 buffer too
     status = b.bitcast(status_slot, PTR)
     b.store(ir.Constant(I32, 0), status)
@@ -218,6 +222,9 @@ def _emit_run(module, prefix, layout) -> None:
 
 
 def _emit_error_message(module, prefix, messages) -> None:
+    """The messages as static texts: a kernel's ``{i}`` (a value the JIT's launch op
+    prints) reads as ``?`` (this C API returns no values)."""
+    messages = [re.sub(r"\{[0-6]\}", "?", m) for m in messages]
     strings = [_cstring(module, f"{prefix}.message.{k}", m) for k, m in enumerate(messages)]
     table_ty = ir.ArrayType(PTR, len(strings))
     table = ir.GlobalVariable(module, table_ty, name=f"{prefix}.messages")

@@ -207,7 +207,9 @@ class Function:
         except LoweringError as e:
             return self._refuse(errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph,
                                                    frame_node=e.caller))
-        return _Entry(key, compiled, cf, spec, [tuple(t.shape) for t in cf.outputs], lazy=False)
+        # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
+        # unknown, e.g. FusedBatchNormV3's reserve_space_3
+        return _Entry(key, compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False)
 
     # -- introspection -----------------------------------------------------------------------
     def _entry(self, args, kwargs):

@@ -9,7 +9,9 @@ once per row before the row's inner loop; the inner loop then finds them in the
 memo (their index is the row index, the same SSA values).
 
 Targets supply only what differs: ``math(b, name, args)`` for transcendental
-functions.
+functions.  Runtime errors are status codes into ``messages``, the module's list
+of error texts (``elemental.MESSAGES`` first, then texts kernels add, such as a
+gather's bound: ``error_code``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen.elemental import Elemental, bf16_to_f32, f32_to_bf16
+from tfjit.codegen import gather
+from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
                                       storage_type, value_type)
 from tfjit.ir.indexing import ZERO, operand_index
@@ -75,8 +78,10 @@ def reduce_identity(kind: str, d: dt.DType):
 
 
 class KernelEmitter:
-    def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str):
+    def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
+                 messages: list | None = None):
         self.module = module
+        self.messages = list(MESSAGES) if messages is None else messages
         self.math = math
         self.f = fusion
         self.plan = plan
@@ -387,6 +392,8 @@ class KernelEmitter:
             return self._reduce_loops(i, idx, [(0, n) for n in reduced])
         if op is Op.ARGREDUCE:
             return self._argreduce(i, idx)
+        if op is Op.GATHER:
+            return gather.value(self, i, idx)
         raise NotImplementedError(op.spelling)
 
     def clamped_starts(self, x: Instr, starts, sizes) -> list:
@@ -549,7 +556,23 @@ class KernelEmitter:
         self.b.store(init, slot)
         return slot
 
-    def _raise_status(self, code: int, cond):
+    def error_code(self, text: str) -> int:
+        """The status code that reports ``text`` (added to the module's messages once)."""
+        if text not in self.messages:
+            self.messages.append(text)
+        return self.messages.index(text) + 1
+
+    def _raise_status(self, code: int, cond, details=()):
+        """Reports error ``code`` where ``cond`` holds.  ``details`` (i64 values, at most
+        7) are what the message's ``{i}`` print: the first thread to fail sets the code
+        by compare-and-swap and writes them (TfjitStatus, runtime/launch_op.cc)."""
         b = self.b
+        code = ir.Constant(ir.IntType(32), code)
         with b.if_then(cond, likely=False):
-            b.store(ir.Constant(ir.IntType(32), code), self.status)
+            if not details:
+                b.store(code, self.status)
+                return
+            first = b.cmpxchg(self.status, ir.Constant(ir.IntType(32), 0), code, "monotonic", "monotonic")
+            with b.if_then(b.extract_value(first, 1)):
+                for k, v in enumerate(details):
+                    b.store(self._idx(v), b.gep(self.status, [i64(8 + 8 * k)], source_etype=I8))

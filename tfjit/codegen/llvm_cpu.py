@@ -14,8 +14,8 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tfjit.codegen import control, library, mathlib
-from tfjit.codegen.emitter import KernelEmitter
+from tfjit.codegen import control, indexing, library, mathlib
+from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.update import UpdateEmitter
 
 _lock = threading.Lock()
@@ -66,18 +66,22 @@ class MachineCode:
         return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
 
 
-def emit_module(name: str, fusions: list, plan, parallel: bool = False) -> tuple:
-    """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).
-
-    ``parallel``: loop drivers shard their big steps through the op library's
-    ``tfjit_rt_parallel_for`` (the JIT; an AOT object has no op library)."""
+def emit_module(name: str, fusions: list, plan, messages: list | None = None,
+                parallel: bool = False) -> tuple:
+    """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).  ``messages``
+    (``elemental.MESSAGES`` and more) receives the runtime error texts kernels add;
+    status code k reports ``messages[k - 1]``.  ``parallel``: loop drivers shard their
+    big steps through the op library's ``tfjit_rt_parallel_for`` (the JIT; an AOT object
+    has no op library)."""
+    messages = list(MESSAGES) if messages is None else messages
     module = ir.Module(name=name)
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)
-    return module, emit_kernels(module, fusions, plan, name, parallel)
+    return module, emit_kernels(module, fusions, plan, name, messages, parallel)
 
 
-def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, parallel: bool = False) -> list:
+def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
+                 parallel: bool = False) -> list:
     """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
     steps = []
     for n, f in enumerate(fusions):
@@ -87,11 +91,13 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, parallel: 
         elif f.kind in ("while", "conditional"):
             emit = control.emit_while if f.kind == "while" else control.emit_conditional
             steps += emit(module, f, plan, kname,
-                          lambda fs, p: emit_kernels(module, fs, plan, p, parallel), parallel)
+                          lambda fs, p: emit_kernels(module, fs, plan, p, messages, parallel),
+                          parallel)
         elif f.kind == "update":
-            steps += UpdateEmitter(module, mathlib.emit, f, plan, kname).emit()
+            steps += UpdateEmitter(module, mathlib.emit, f, plan, kname, messages).emit()
         else:
-            steps += KernelEmitter(module, mathlib.emit, f, plan, kname).emit()
+            emitter = indexing.emitter_for(f.kind)
+            steps += emitter(module, mathlib.emit, f, plan, kname, messages).emit()
     return steps
 
 

@@ -15,6 +15,10 @@ corners where plain numpy differs:
   remainder (libm's fmod) and conversions to f16/bf16 keep denormals, as in TF.
 * while/conditional run their called modules through ``evaluate`` (only the
   taken branch runs); dynamic-slice/dynamic-update-slice clamp their starts.
+* A gather index outside [0, n) (when the result is not empty) and a scatter id
+  >= the segment count raise ``IndexOutOfRange`` with TF's message; negative
+  scatter ids are dropped.  Scatters and scans combine in input order, rounding
+  half precision at every step, as TF's CPU kernels do.
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the scalar path (the rules below), as the codegen does.
@@ -36,6 +40,10 @@ class IntegerDivisionByZero(ValueError):
 
 class NegativeIntegerPower(ValueError):
     """An integer POW met a negative exponent (TF: InvalidArgumentError)."""
+
+
+class IndexOutOfRange(ValueError):
+    """A gather index or scatter id outside its dimension (TF: InvalidArgumentError)."""
 
 
 def evaluate(m: Module, args: list) -> list:
@@ -354,6 +362,77 @@ _CONTROL = {
     Op.GET_TUPLE_ELEMENT: lambda instr, vals: vals[0][instr.attrs["index"]],
 }
 
+# -- data-dependent indexing ---------------------------------------------------------
+
+def _position(shape: tuple, flat: int) -> str:
+    return "[" + ",".join(str(int(v)) for v in np.unravel_index(flat, shape)) + "]" if shape else ""
+
+
+def _gather(instr, vals):
+    """An index outside [0, n) is an error when the result is not empty (as TF checks)."""
+    x, ind = vals
+    axis, b = instr.attrs["axis"], instr.attrs["batch_dims"]
+    n = x.shape[axis]
+    bad = (ind < 0) | (ind >= n)
+    if instr.size and bad.any():
+        flat = int(np.flatnonzero(bad)[0])
+        raise IndexOutOfRange(f"indices{_position(ind.shape, flat)} = {ind.reshape(-1)[flat]} "
+                              f"is not in [0, {n})")
+    if instr.size == 0:
+        return np.zeros(instr.shape, x.dtype)
+    batch = math.prod(x.shape[:b])
+    xs, ids = x.reshape((batch,) + x.shape[b:]), ind.reshape((batch,) + ind.shape[b:])
+    parts = [np.take(xs[k], ids[k].astype(np.int64), axis=axis - b) for k in range(batch)]
+    return np.stack(parts).reshape(instr.shape)
+
+
+def _scatter(instr, vals):
+    """Rows combined one at a time in input order (TF's CPU loop), from the identity."""
+    data, ids = vals
+    segments = instr.shape[0]
+    bad = ids >= segments
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise IndexOutOfRange(f"segment_ids[{j}] = {ids[j]} is out of range [0, {segments})")
+    data = _flush(data)
+    out = np.full(instr.shape, 0 if instr.attrs["kind"] == "sum" else 1, data.dtype)
+    combine = np.add if instr.attrs["kind"] == "sum" else np.multiply
+    for j in np.flatnonzero(ids >= 0):
+        out[ids[j]] = _flush(combine(out[ids[j]], data[j]))
+    return out
+
+
+def _scan(instr, vals):
+    a = instr.attrs
+    x = np.moveaxis(_flush(vals[0]), a["dim"], 0)
+    if a["reverse"]:
+        x = x[::-1]
+    combine = np.add if a["kind"] == "sum" else np.multiply
+    acc = np.full(x.shape[1:], 0 if a["kind"] == "sum" else 1, x.dtype)
+    out = np.empty_like(x)
+    for k in range(x.shape[0]):
+        if a["exclusive"]:
+            out[k], acc = acc, _flush(combine(acc, x[k]))
+        else:
+            acc = _flush(combine(acc, x[k]))
+            out[k] = acc
+    if a["reverse"]:
+        out = out[::-1]
+    return np.moveaxis(out, 0, a["dim"])
+
+
+def _top_k(instr, vals):
+    """A stable descending order: sorting the reversed row ascending (numpy puts NaN
+    last and keeps -0 == +0) and reading it backwards ranks NaN first and breaks ties
+    by increasing index.  Denormals compare as zero (DAZ)."""
+    x = _flush(vals[0])
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+        x = x.astype(np.float64)
+    n = x.shape[-1]
+    order = np.argsort(x[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+    return (n - 1 - order[..., :instr.attrs["k"]]).astype(instr.dtype.numpy())
+
+
 _UNARY_FPU = {
     Op.SIGN: _sign, Op.SQRT: np.sqrt, Op.EXP: np.exp, Op.EXPM1: np.expm1, Op.LOG: np.log,
     Op.LOG1P: np.log1p, Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
@@ -392,6 +471,10 @@ _EVAL = {
     Op.ARGREDUCE: _argreduce,
     Op.DOT: _fpu_instr(lambda instr, lhs, rhs: _dot(lhs, rhs, instr.attrs["transpose_lhs"],
                                                     instr.attrs["transpose_rhs"])),
+    Op.GATHER: _gather,
+    Op.SCATTER: _scatter,
+    Op.SCAN: _scan,
+    Op.TOP_K: _top_k,
     Op.CONV: _fpu_instr(lambda instr, x, w: _conv(x, w, instr.attrs["strides"],
                                                   instr.attrs["dilations"], instr.attrs["padding"])),
 }

@@ -21,11 +21,12 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import COMPARISONS, Kind, Op, REDUCE_KINDS
+from tfjit.ir.ops import COMPARISONS, Kind, Op, REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
 FOLD_MAX_ELEMENTS = 1 << 12   # constant-fold results up to this size while building
 LIBRARY_DTYPES = (dt.F32, dt.F64)   # what the runtime library computes in (runtime/linalg.cc)
+INDEX_DTYPES = (dt.I32, dt.I64)     # element types of gather indices, scatter ids, top-k results
 
 
 class IRError(ValueError):
@@ -370,3 +371,42 @@ def _types(values) -> tuple:
 
 def _type_list(values) -> str:
     return "(" + ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in values) + ")"
+    # -- data-dependent indexing ------------------------------------------------
+    def gather(self, x: Instr, indices: Instr, axis: int, batch_dims: int = 0) -> Instr:
+        """TF's GatherV2: ``x.shape[:axis] + indices.shape[batch_dims:] + x.shape[axis+1:]``;
+        the leading ``batch_dims`` dims of x and indices are shared (batch_dims <= axis).
+        An index outside [0, x.shape[axis]) is a runtime error."""
+        if indices.dtype not in INDEX_DTYPES or not 0 <= batch_dims <= axis < x.rank \
+                or batch_dims > indices.rank or x.shape[:batch_dims] != indices.shape[:batch_dims]:
+            raise IRError(f"gather of {x.dtype.name}{list(x.shape)} at {indices.dtype.name}"
+                          f"{list(indices.shape)} with axis={axis} batch_dims={batch_dims} is invalid")
+        shape = x.shape[:axis] + indices.shape[batch_dims:] + x.shape[axis + 1:]
+        return self._add(Instr(Op.GATHER, x.dtype, shape, (x, indices),
+                               {"axis": axis, "batch_dims": batch_dims}))
+
+    def scatter(self, data: Instr, ids: Instr, kind: str, segments: int) -> Instr:
+        """Segment reduction: result[s, c] combines data[j, c] over every j with
+        ids[j] == s, in increasing j; negative ids are dropped, ids >= segments are a
+        runtime error (TF's UnsortedSegmentSum/Prod on [N, C] data)."""
+        if kind not in SCATTER_KINDS or data.rank != 2 or ids.rank != 1 or ids.dtype not in INDEX_DTYPES \
+                or data.shape[0] != ids.shape[0] or segments < 0 or data.dtype is dt.PRED:
+            raise IRError(f"scatter kind={kind} of {data.dtype.name}{list(data.shape)} by "
+                          f"{ids.dtype.name}{list(ids.shape)} into {segments} segments is invalid")
+        return self._add(Instr(Op.SCATTER, data.dtype, (segments, data.shape[1]), (data, ids),
+                               {"kind": kind}))
+
+    def scan(self, x: Instr, kind: str, dim: int, exclusive: bool = False,
+             reverse: bool = False) -> Instr:
+        """Running sum/product along ``dim`` (TF's Cumsum/Cumprod), starting from the
+        identity; ``exclusive``: element k leaves out x[k]; ``reverse``: from the end."""
+        if kind not in SCAN_KINDS or not 0 <= dim < x.rank or x.dtype is dt.PRED:
+            raise IRError(f"scan kind={kind} dim={dim} of {x.dtype.name}{list(x.shape)} is invalid")
+        attrs = {"kind": kind, "dim": dim, "exclusive": int(bool(exclusive)), "reverse": int(bool(reverse))}
+        return self._add(Instr(Op.SCAN, x.dtype, x.shape, (x,), attrs))
+
+    def top_k(self, x: Instr, k: int, dtype: dt.DType = dt.I32) -> Instr:
+        """Indices of the k largest elements along the last dim, largest first; equal
+        values (+0 and -0 too) by increasing index; NaN is larger than any number."""
+        if x.rank == 0 or not 0 <= k <= x.shape[-1] or dtype not in INDEX_DTYPES or x.dtype is dt.PRED:
+            raise IRError(f"top-k k={k} of {x.dtype.name}{list(x.shape)} is invalid")
+        return self._add(Instr(Op.TOP_K, dtype, x.shape[:-1] + (k,), (x,), {"k": k}))

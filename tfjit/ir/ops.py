@@ -22,6 +22,14 @@ treat it:
                   cond and body, or the branches), has a tuple type, and its
                   elements are read through get-tuple-element; operands and
                   elements live in memory (never fused).
+* ``GATHER``      result[i] is an element of operand 0 at an index read from
+                  operand 1 (a data-dependent index mapping): elemental, so it
+                  fuses with producers and consumers like movement does.
+* ``SCATTER``     combines rows of operand 0 into the result rows operand 1 names,
+                  in input order; ``SCAN`` running sums/products along one dim;
+                  ``SORT`` selection along the last dim (top-k).  None of these
+                  is computed element by element: each is the root of a kernel
+                  shape of its own, whose operands are computed inside it.
 """
 from __future__ import annotations
 
@@ -36,6 +44,10 @@ class Kind(enum.Enum):
     LIBRARY = "library"
     UPDATE = "update"
     CONTROL = "control"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    SCAN = "scan"
+    SORT = "sort"
 
 
 class Op(enum.Enum):
@@ -108,6 +120,11 @@ class Op(enum.Enum):
     WHILE = ("while", Kind.CONTROL, -1)                 # attrs: condition, body
     CONDITIONAL = ("conditional", Kind.CONTROL, -1)     # selector, args...; attrs: branch_computations
     GET_TUPLE_ELEMENT = ("get-tuple-element", Kind.CONTROL, 1)   # attrs: index
+    # data-dependent indexing (see module.py's builders for the exact shapes)
+    GATHER = ("gather", Kind.GATHER, 2)          # x, indices; attrs: axis, batch_dims
+    SCATTER = ("scatter", Kind.SCATTER, 2)       # data[N,C], ids[N] -> [S,C]; attrs: kind (sum|prod)
+    SCAN = ("scan", Kind.SCAN, 1)                # attrs: kind (sum|prod), dim, exclusive, reverse
+    TOP_K = ("top-k", Kind.SORT, 1)              # attrs: k; indices of the k largest along the last dim
 
     def __init__(self, spelling: str, kind: Kind, arity: int):
         self.spelling = spelling
@@ -123,6 +140,8 @@ _BY_SPELLING = {op.spelling: op for op in Op}
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
+SCATTER_KINDS = ("sum", "prod")
+SCAN_KINDS = ("sum", "prod")
 # "maxnum": float max that ignores NaN (-inf when nothing else); only for values whose
 # NaNs propagate anyway, such as Softmax's stabilising row max (x - max is NaN there).
 

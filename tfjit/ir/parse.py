@@ -247,6 +247,14 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.dynamic_slice(xs[0], xs[1:], shape)
     elif op is Op.DYNAMIC_UPDATE_SLICE:
         instr = m.dynamic_update_slice(xs[0], xs[1], xs[2:])
+    elif op is Op.GATHER:
+        instr = m.gather(xs[0], xs[1], a("axis"), a("batch_dims", 0))
+    elif op is Op.SCATTER:
+        instr = m.scatter(xs[0], xs[1], a("kind"), shape[0] if shape else -1)
+    elif op is Op.SCAN:
+        instr = m.scan(xs[0], a("kind"), a("dim"), a("exclusive", 0), a("reverse", 0))
+    elif op is Op.TOP_K:
+        instr = m.top_k(xs[0], a("k"), dtype)
     else:
         instr = m.argreduce(xs[0], a("kind"), dtype)
     if instr in xs:          # e.g. a reshape to the same shape: builders return the operand

@@ -3,7 +3,7 @@
 The launch op hands each kernel one pointer array, laid out as
 ``[inputs..., outputs..., temps..., status, device]`` (see runtime/launch_op.cc).  This
 pass decides the slot of every parameter and kernel root, the scratch space of
-split reductions, and which outputs are plain copies of inputs (returned by the
+split reductions and of top-k kernels (their heaps), and which outputs are plain copies of inputs (returned by the
 launch op without running any code).
 
 ``slots[i]`` lists the slots of value ``i``: the first is where it is read, every
@@ -38,6 +38,7 @@ import dataclasses
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.passes import fusion as fusion_mod
+from tfjit.passes.fusion import topk_merges
 
 
 @dataclasses.dataclass
@@ -66,7 +67,7 @@ class BufferPlan:
     num_outputs: int
     slots: dict                    # instr -> slots it is written to / read from (first is the read slot)
     temp_bytes: list               # per temp slot, in order after the outputs
-    scratch: dict                  # fusion -> slot of its partial results
+    scratch: dict                  # fusion -> slot of its partial results (or top-k heaps)
     output_source: list            # per output: input index it aliases, or -1
     control: dict = dataclasses.field(default_factory=dict)   # while/conditional fusion -> plan
     update_in_place: list = dataclasses.field(default_factory=list)   # per variable update
@@ -155,6 +156,8 @@ class _Assigner:
                     r = f.roots[0]
                     self.plan.scratch[f] = self.temp(r.size * f.split * max(r.dtype.itemsize, 1)
                                                      * len(f.roots))
+                if f.kind == "sort" and f.rows:
+                    self.plan.scratch[f] = self.temp(f.rows * topk_row_bytes(f.roots[0]))
 
     # -- while ----------------------------------------------------------------------
     def place_while(self, f, m: Module, users: dict) -> None:
@@ -298,3 +301,16 @@ def _variable_in_place(m: Module, fusions: list, param: int, value) -> bool:
         if p in fusion_mod.reads(f) and (n > position or (f is writer and not f.flat)):
             return False
     return True
+
+
+def topk_key_bytes(x) -> int:
+    """Bytes of one top-k sort key (codegen/indexing.py): a value's monotonic bits over
+    the complemented index, 32 + 32 bits, or 64 + 64 for 64-bit values."""
+    return 16 if x.dtype.bits == 64 else 8
+
+
+def topk_row_bytes(root) -> int:
+    """Scratch of one top-k kernel row (a chunk of vectors, done one after another):
+    a heap of k keys, or two arrays of n keys for a merge sort (``fusion.topk_merges``)."""
+    x = root.operands[0]
+    return topk_key_bytes(x) * (2 * x.shape[-1] if topk_merges(root) else root.attrs["k"])

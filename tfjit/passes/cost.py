@@ -9,7 +9,10 @@ XLA's HloCostAnalysis so numbers compare with ``jax...compile().cost_analysis()`
   below; a reduction costs one per combined element (operand elements minus
   result elements); data movement (broadcast, reshape, transpose, slice, pad,
   concatenate), parameters, constants and iota cost nothing; a dot or
-  convolution costs two per multiply-add.
+  convolution costs two per multiply-add; a scatter costs one per data element it
+  combines, a scan one per result element, a top-k one per operand element
+  (the comparison against the heap's root; sifting is not counted); a gather
+  is movement (free).
 * transcendentals: one per result element of exp, log, tanh, erf, pow, sqrt ...
   (``TRANSCENDENTAL``), counted apart as XLA does.
 * bytes: a kernel reads every buffer it reads (parameters, other kernels'
@@ -78,6 +81,8 @@ def instr_cost(i) -> tuple:
         return max(i.operands[0].size - i.size, 0), 0
     if i.op.kind is Kind.LIBRARY:
         return library_flops(i), 0
+    if i.op.kind in (Kind.SCATTER, Kind.SCAN, Kind.SORT):
+        return i.operands[0].size, 0
     return 0, 0
 
 

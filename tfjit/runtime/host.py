@@ -16,7 +16,7 @@ import ctypes
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.runtime.launch import Executable
+from tfjit.runtime.launch import STATUS_BYTES, Executable, error_text
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.c_int64)
 ALIGN = 64
@@ -56,17 +56,19 @@ def run_executable(exe: Executable, inputs: list) -> list:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         outputs.append(aligned_empty(nbytes)[:nbytes].view(dtype).reshape(shape))
     temps = [aligned_empty(s.temp_bytes[t]) for t in range(s.num_temps)]
-    status = aligned_empty(4).view(np.int32)
-    status[0] = 0
+    status = aligned_empty(STATUS_BYTES)
+    status[:] = 0
+    code, details = status[:4].view(np.int32), status[8:].view(np.int64)
     buffers = args + outputs + temps + [status]
     bufs = (ctypes.c_void_p * (len(buffers) + 1))(*[b.ctypes.data for b in buffers], None)
     for i in range(s.num_steps):
         step = s.steps[i]
         if step.rows > 0:
             _KERNEL(step.fn)(bufs, 0, step.rows)
-        if status[0] != 0:
-            code = int(status[0])
-            text = s.messages[code - 1].decode() if 0 < code <= s.num_messages else f"status {code}"
+        if code[0] != 0:
+            k = int(code[0])
+            text = error_text(s.messages[k - 1].decode(), details) if 0 < k <= s.num_messages \
+                else f"status {k}"
             raise ValueError(text)
     for o in range(s.num_outputs):
         if s.output_source[o] >= 0:

@@ -12,6 +12,7 @@ artefact needs only the runtime.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 from typing import Callable, Sequence
 
@@ -59,6 +60,14 @@ PASS_CALLBACK = ctypes.CFUNCTYPE(
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
 
 DT_RESOURCE = 20                 # TF's DataType enum of resource handles (variables)
+STATUS_BYTES = 64                # TfjitStatus: int32 code, then int64 detail[7] from byte 8
+STATUS_DETAILS = 7
+
+
+def error_text(message: str, details: Sequence[int]) -> str:
+    """A kernel's message with each ``{i}`` replaced by ``details[i]`` (as launch_op.cc's
+    ErrorText does)."""
+    return re.sub(r"\{([0-6])\}", lambda m: str(int(details[int(m.group(1))])), message)
 VARIABLE_DTYPE_OFFSET = 100      # a variable input signs as (value dtype + 100, value dims)
 
 

@@ -7,9 +7,12 @@
 //   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
 //     bufs = [input_0..input_{n_in-1}, output_0..output_{n_out-1},
 //             temp_0..temp_{n_temp-1}, status, device]
-//     status points to an int32_t, 0 at the start of each launch. On an error a
-//     kernel stores k > 0 (messages[k-1] describes it) and may return early; any
-//     thread may store it. device is the launch's Eigen::ThreadPoolDevice (TF's
+//     status points to a TfjitStatus (64 bytes): code, 0 at the start of each
+//     launch. On an error a kernel stores k > 0 in code (messages[k-1] describes
+//     it) and may return early; any thread may store it. A kernel that reports
+//     values with its error (a gather's bad index) sets code by compare-and-swap
+//     from 0 and, when it won, writes them to detail[]; "{i}" in the message
+//     (i < 7) reads as detail[i] in decimal. device is the launch's Eigen::ThreadPoolDevice (TF's
 //     intra-op pool), passed to the runtime library (linalg.cc) by kernels that
 //     call it. A kernel is called on disjoint [row_begin, row_end)
 //     ranges of [0, rows), possibly concurrently from several threads.
@@ -76,6 +79,8 @@ typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
 
 struct TfjitStep { TfjitKernelFn fn; int64_t rows; int64_t cost_per_row; };  // fn over [0, rows)
 
+struct alignas(64) TfjitStatus { int32_t code; int32_t unused; int64_t detail[7]; };
+
 struct TfjitExecutable {
   int32_t num_inputs;  const int32_t* input_dtypes;  // TF DataType enum values
   int32_t num_outputs; const int32_t* output_dtypes; const int32_t* output_ranks;
@@ -106,6 +111,20 @@ absl::Status Invalid(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
 }
 std::string TypeName(int32_t dtype) { return DataTypeString(static_cast<DataType>(dtype)); }
+
+// A kernel's message with each "{i}" replaced by status.detail[i].
+std::string ErrorText(const char* message, const TfjitStatus& status) {
+  std::string out;
+  for (const char* p = message; *p; ++p) {
+    if (p[0] == '{' && p[1] >= '0' && p[1] <= '6' && p[2] == '}') {
+      absl::StrAppend(&out, status.detail[p[1] - '0']);
+      p += 2;
+    } else {
+      out.push_back(*p);
+    }
+  }
+  return out;
+}
 void* Data(const Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
 
 // Below this many estimated cycles a step runs on the calling thread.
@@ -425,13 +444,13 @@ class TfjitLaunchOp : public AsyncOpKernel {
       bufs[n_in + n_out + t] = data;
       AdviseHugePages(data, exe.temp_bytes[t]);
     }
-    alignas(64) int32_t status = 0;
+    TfjitStatus status{};
     bufs[n_in + n_out + n_tmp] = &status;
     bufs.back() = const_cast<Eigen::ThreadPoolDevice*>(&ctx->eigen_cpu_device());
-    for (int s = 0; s < exe.num_steps && status == 0; ++s) {
+    for (int s = 0; s < exe.num_steps && status.code == 0; ++s) {
       RunStep(ctx, exe.steps[s], bufs.data());
     }
-    if (status == 0) {
+    if (status.code == 0) {
       for (int u = 0; u < exe.num_updates; ++u) {
         Var* var = vars.var(exe.update_input[u]);
         if (!in_place[u]) *var->tensor() = updates[u];
@@ -439,11 +458,12 @@ class TfjitLaunchOp : public AsyncOpKernel {
       }
       return absl::OkStatus();
     }
-    if (status < 0 || status > exe.num_messages) {
-      return Invalid("tfjit kernel reported unknown error code ", status,
+    if (status.code < 0 || status.code > exe.num_messages) {
+      return Invalid("tfjit kernel reported unknown error code ", status.code,
                      " (in tfjit cluster ", cluster_, ")");
     }
-    return Invalid(exe.messages[status - 1], " (in tfjit cluster ", cluster_, ")");
+    return Invalid(ErrorText(exe.messages[status.code - 1], status), " (in tfjit cluster ",
+                   cluster_, ")");
   }
 
   // Runs the node's original subgraph (a function in the graph's library), as

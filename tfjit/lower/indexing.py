@@ -1,0 +1,115 @@
+"""Lowerings of TF's data-dependent indexing ops (issue 4, part 2).
+
+* GatherV2 / Gather / ResourceGather -> IR ``gather`` (elemental, fuses both ways);
+  an index outside [0, n) is TF's InvalidArgumentError at run time.
+* UnsortedSegmentSum / UnsortedSegmentProd -> IR ``scatter`` on [N, C] data (the
+  dense form of an IndexedSlices gradient: tape gradients of tf.gather and of
+  embedding lookups convert with UnsortedSegmentSum).
+* Cumsum / Cumprod -> IR ``scan``; TopKV2 -> IR ``top-k`` (the indices)
+  plus a gather of the values at them.  (OneHot is in nn.py.)
+
+Shape-like operands (axis, num_segments, k) must be compile-time
+constants.  Scatters and scans compute in the op's own type: half precision
+rounds at every step, as TF's CPU kernels do.
+"""
+from __future__ import annotations
+
+import math
+
+from tfjit import dtypes as dt
+from tfjit.ir.module import INDEX_DTYPES, Instr
+from tfjit.lower.registry import ALL, NUMERIC, Unsupported, register
+from tfjit.lower.variables import _declared, _var
+
+
+def _index(ctx, x: Instr) -> Instr:
+    """An index operand as i32/i64 (TF also allows int16 indices and uint8 one-hot)."""
+    if x.dtype in INDEX_DTYPES:
+        return x
+    if not x.dtype.is_int:
+        raise Unsupported(f"{ctx.node.op}: {x.dtype} indices")
+    return ctx.m.convert(x, dt.I64)
+
+
+def _axis(ctx, axis: int, rank: int, what: str) -> int:
+    if not -rank <= axis < rank:
+        raise Unsupported(f"{ctx.node.op}: expected {what} in the range [{-rank}, {rank}), but got {axis}")
+    return axis % rank
+
+
+def gather(ctx, params: Instr, indices: Instr, axis: int, batch_dims: int) -> Instr:
+    """TF's GatherV2 semantics (negative axis and batch_dims count from the end)."""
+    if params.rank == 0:
+        raise Unsupported(f"{ctx.node.op}: params must be at least 1 dimensional")
+    axis = _axis(ctx, axis, params.rank, "axis")
+    if batch_dims < 0:
+        batch_dims += indices.rank
+    if not 0 <= batch_dims <= indices.rank or batch_dims > axis:
+        raise Unsupported(f"{ctx.node.op}: batch_dims={batch_dims} must be in [0, rank(indices)="
+                          f"{indices.rank}] and at most axis={axis}")
+    if params.shape[:batch_dims] != indices.shape[:batch_dims]:
+        raise Unsupported(f"{ctx.node.op}: params.shape {list(params.shape)} and indices.shape "
+                          f"{list(indices.shape)} differ in their first {batch_dims} (batch) dims")
+    return ctx.m.gather(params, _index(ctx, indices), axis, batch_dims)
+
+
+@register("GatherV2", "Gather", dtypes=ALL)
+def _gather(ctx):
+    axis = ctx.const_ints(2, "GatherV2's axis")[0] if ctx.node.op == "GatherV2" else 0
+    return gather(ctx, ctx.inputs[0], ctx.inputs[1], axis, int(ctx.attr("batch_dims", 0)))
+
+
+@register("ResourceGather", dtypes=ALL)
+def _resource_gather(ctx):
+    """A gather from a resource variable's value (read at the cluster's start)."""
+    v = _var(ctx)
+    _declared(ctx, v)
+    return gather(ctx, v.value, ctx.inputs[1], 0, int(ctx.attr("batch_dims", 0)))
+
+
+@register("UnsortedSegmentSum", "UnsortedSegmentProd", dtypes=NUMERIC)
+def _unsorted_segment(ctx):
+    """data[ids.shape + inner] -> [num_segments] + inner; negative ids are dropped."""
+    m, (data, ids) = ctx.m, ctx.inputs[:2]
+    (segments,) = ctx.const_ints(2, "num_segments")
+    if segments < 0:
+        raise Unsupported(f"{ctx.node.op}: num_segments must be non-negative, got {segments}")
+    if data.shape[:ids.rank] != ids.shape:
+        raise Unsupported(f"{ctx.node.op}: data.shape {list(data.shape)} does not start with "
+                          f"segment_ids.shape {list(ids.shape)}")
+    inner = data.shape[ids.rank:]
+    flat = m.reshape(data, (ids.size, math.prod(inner)))
+    kind = "sum" if ctx.node.op == "UnsortedSegmentSum" else "prod"
+    out = m.scatter(flat, m.reshape(_index(ctx, ids), (ids.size,)), kind, segments)
+    return m.reshape(out, (segments,) + inner)
+
+
+@register("Cumsum", "Cumprod", dtypes=NUMERIC)
+def _cumulative(ctx):
+    x = ctx.inputs[0]
+    if x.rank == 0:
+        raise Unsupported(f"{ctx.node.op}: input must be at least rank 1")
+    (axis,) = ctx.const_ints(1, f"{ctx.node.op}'s axis")
+    kind = "sum" if ctx.node.op == "Cumsum" else "prod"
+    return ctx.m.scan(x, kind, _axis(ctx, axis, x.rank, "axis"), bool(ctx.attr("exclusive")),
+                      bool(ctx.attr("reverse")))
+
+
+@register("TopKV2", dtypes=NUMERIC)
+def _top_k(ctx):
+    """Values and indices of the k largest along the last dim, largest first, ties by
+    lower index.  ``sorted=False`` is compiled sorted (TF leaves that order unspecified).
+    NaN ranks above every number (TF's own NaN order depends on which algorithm its
+    kernel picks for k; XLA ranks NaN first too)."""
+    m, x = ctx.m, ctx.inputs[0]
+    (k,) = ctx.const_ints(1, "TopKV2's k")
+    if k < 0:
+        raise Unsupported(f"{ctx.node.op}: need k >= 0, got {k}")
+    if x.rank == 0 or x.shape[-1] < k:
+        raise Unsupported(f"{ctx.node.op}: input of shape {list(x.shape)} must have at least "
+                          f"k={k} columns")
+    index_type = ctx.attr("index_type")
+    out = index_type.ir if index_type is not None else dt.I32
+    indices = m.top_k(x, k, out if out in INDEX_DTYPES else dt.I32)
+    values = m.gather(x, indices, x.rank - 1, x.rank - 1)
+    return values, m.convert(indices, out)
