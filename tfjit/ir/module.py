@@ -364,13 +364,6 @@ class Module:
         dtype, shape = t.results[index]
         return self._add(Instr(Op.GET_TUPLE_ELEMENT, dtype, shape, (t,), {"index": index}))
 
-
-def _types(values) -> tuple:
-    return tuple((v.dtype, tuple(v.shape)) for v in values)
-
-
-def _type_list(values) -> str:
-    return "(" + ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in values) + ")"
     # -- data-dependent indexing ------------------------------------------------
     def gather(self, x: Instr, indices: Instr, axis: int, batch_dims: int = 0) -> Instr:
         """TF's GatherV2: ``x.shape[:axis] + indices.shape[batch_dims:] + x.shape[axis+1:]``;
@@ -410,3 +403,11 @@ def _type_list(values) -> str:
         if x.rank == 0 or not 0 <= k <= x.shape[-1] or dtype not in INDEX_DTYPES or x.dtype is dt.PRED:
             raise IRError(f"top-k k={k} of {x.dtype.name}{list(x.shape)} is invalid")
         return self._add(Instr(Op.TOP_K, dtype, x.shape[:-1] + (k,), (x,), {"k": k}))
+
+
+def _types(values) -> tuple:
+    return tuple((v.dtype, tuple(v.shape)) for v in values)
+
+
+def _type_list(values) -> str:
+    return "(" + ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in values) + ")"
