@@ -18,9 +18,10 @@ sharding a loop body's kernels over TF's pool; with ``parallel`` the driver
 does the same (``tfjit_rt_parallel_for``, runtime/parallel.cc, shards a step
 whose rows x cost reach the launch op's inline threshold, as the launch op
 does), so a big training-loop body still uses every core while an LSTM step's
-small kernels run inline.  (On the 2-core machine, busy with other work, a
-10-iteration loop over 2048x2048 f32 ran in 110-139 ms sharded and 107-130 ms
-inline, TF 220-290 ms: sharding buys nothing there, and costs nothing either.)
+small kernels run inline.  (On the 2-core machine, shared with other work, a
+10-iteration loop over 2048x2048 f32 took 59-76 ms sharded, 73-77 ms inline and
+83-131 ms in TF when a core was free; at a load of 4 sharding bought nothing and
+cost nothing: 110-139 ms against 107-130.)
 """
 from __future__ import annotations
 
