@@ -11,9 +11,9 @@ computation passes through unchanged.
 Why generated drivers rather than control steps interpreted by the launch op:
 the executable ABI, the launch op, the host runner and the AOT driver stay as
 they are (AOT objects support loops for free), and an iteration costs a few
-loads and calls: measured on this project's 2-core machine, 6 ns per iteration
-of a scalar loop (TF's executor: 15.7 us), a Keras LSTM (batch 8, 32 units, 20
-steps) 0.33 ms against tf.function's 5.2 ms.  What interpreting would add is
+loads and calls: measured on this project's 2-core machine, 6-7 ns per iteration
+of a scalar loop (TF's executor: 8.5-15.7 us), a Keras LSTM (batch 8, 32 units, 20
+steps) 0.31-0.33 ms against tf.function's 1.9-5.2 ms.  What interpreting would add is
 sharding a loop body's kernels over TF's pool; with ``parallel`` the driver
 does the same (``tfjit_rt_parallel_for``, runtime/parallel.cc, shards a step
 whose rows x cost reach the launch op's inline threshold, as the launch op
