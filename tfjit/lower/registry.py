@@ -4,8 +4,9 @@ A rule receives a ``LowerCtx`` (the module being built, the typed node, its
 input instructions) and returns the IR instruction(s) for the node's outputs.
 Cross-cutting work lives in the decorator, not in rule bodies:
 
-* dtype checks (``dtypes=``): a node whose ``T`` is not listed is refused with
-  a reason before lowering, so marking and lowering agree;
+* dtype checks (``dtypes=``): a node whose ``T`` (or the attr named by
+  ``type_attr=``, e.g. the ``dtype`` of ops that make values) is not listed is
+  refused with a reason before lowering, so marking and lowering agree;
 * half precision (``half_in_f32=True``): f16/bf16 inputs are converted to f32,
   the rule computes in f32, and float results are converted back.
 
@@ -68,17 +69,18 @@ class Rule:
     fn: object
     dtypes: tuple
     half_in_f32: bool
+    type_attr: str = "T"
 
 
 RULES: dict[str, Rule] = {}
 
 
-def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False):
+def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, type_attr: str = "T"):
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
-            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32)
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, type_attr)
         return fn
     return deco
 
@@ -93,7 +95,7 @@ def refusal(node: Node) -> str | None:
         for v in values:
             if isinstance(v, TFType) and v.ir is None:
                 return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
-    t = node.attrs.get("T")
+    t = node.attrs.get(rule.type_attr)
     if isinstance(t, TFType) and t.ir not in rule.dtypes:
         return f"{node.op} has no tfjit lowering for dtype {t.name}"
     return None
