@@ -40,6 +40,7 @@ class Elemental:
         self.b = b
         self.math = math                  # math(b, name, args) -> value (target-specific)
         self.raise_status = raise_status
+        self._sincos: dict = {}           # (argument, block) -> (sin, cos) from one sincos call
 
     def emit(self, op: Op, in_dtype: dt.DType, out_dtype: dt.DType, args: list):
         b = self.b
@@ -102,13 +103,38 @@ class Elemental:
         raise NotImplementedError(f"{op.spelling} on {d}")
 
     def libm(self, name: str, x):
-        """The C library's ``name`` (logf for a float, log for a double) of x."""
+        """The C library's ``name`` (logf for a float, log for a double) of x.
+
+        sin and cos of one value in one block share a call to sincosf/sincos (what
+        TF's Box–Muller calls): glibc's sincos gives sin's and cos's bits exactly
+        (checked for every float32 argument Box–Muller makes)."""
+        if name in ("sin", "cos"):
+            return self._sin_cos(x)[name == "cos"]
         symbol = name + ("f" if x.type == F32 else "")
+        return self.b.call(self._libm_decl(symbol, ir.FunctionType(x.type, [x.type]), pure=True), [x])
+
+    def _libm_decl(self, symbol: str, fnty, pure: bool):
         fn = self.b.module.globals.get(symbol)
         if fn is None:
-            fn = ir.Function(self.b.module, ir.FunctionType(x.type, [x.type]), name=symbol)
-        fn.attributes.add("nobuiltin")     # (also when mathlib declared it: f64 math calls libm too)
-        return self.b.call(fn, [x])
+            fn = ir.Function(self.b.module, fnty, name=symbol)
+        # never folded or rewritten by LLVM's own math (also when mathlib declared it first)
+        for attr in ("nobuiltin", "nounwind") + (("readnone",) if pure else ("argmemonly",)):
+            fn.attributes.add(attr)
+        return fn
+
+    def _sin_cos(self, x):
+        b, key = self.b, (x, self.b.block)
+        if key not in self._sincos:
+            symbol = "sincosf" if x.type == F32 else "sincos"
+            fn = self._libm_decl(symbol, ir.FunctionType(ir.VoidType(), [x.type, ir.PointerType(), ir.PointerType()]),
+                                 pure=False)
+            entry = b.function.entry_basic_block
+            with b.goto_block(entry):
+                b.position_at_start(entry)
+                slots = [b.alloca(x.type), b.alloca(x.type)]
+            b.call(fn, [x] + slots)
+            self._sincos[key] = tuple(b.load(p, typ=x.type) for p in slots)
+        return self._sincos[key]
 
     def _daz(self, x):
         """x with a denormal read as signed zero, as TF's FPU code reads it (MXCSR

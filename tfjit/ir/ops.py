@@ -90,7 +90,8 @@ class Op(enum.Enum):
     SELECT = ("select", Kind.ELEMENTWISE, 3)
     # TF's truncated normal sample (see lower/random.py): operands k0, k1, c0, c1, c2, c3,
     # j (u32): the j-th value with |x| < 2 that TF's Box-Muller transform makes from the
-    # Philox4x32-10 stream with key (k0, k1) starting at counter (c0..c3); f32 or f64
+    # Philox4x32-10 stream with key (k0, k1) starting at counter (c0..c3); f32 or f64.
+    # Lowering makes j < 4 (f32) or < 2 (f64); a larger j loops on for about j/2 trials
     TRUNCATED_NORMAL = ("truncated-normal", Kind.ELEMENTWISE, 7)
     # data movement (index mappings)
     BROADCAST = ("broadcast", Kind.MOVEMENT, 1)  # attrs: dims (operand dim d -> result dim dims[d])
