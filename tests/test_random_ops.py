@@ -390,3 +390,57 @@ def test_compiled_random_module_round_trips(tfjit):
     compiled = tfjit.function(fn, jit_compile=True).compiled(tf.constant([1, 2]))
     for text in (compiled.module_before, compiled.module_after):
         assert module_str(parse_module(text)) == text
+
+
+# lanes that reach Box–Muller's corners: u1 = 0 (clamped to 1e-7), u1 just above 1e-7,
+# u = 0 and u just below 1 (angle near 2 pi), all bits set
+_CORNER_LANES = np.array([[0, 0], [0, 0x7FFFFF], [1, 0], [0x800000, 1], [0xFFFFFFFF, 0xFFFFFFFF],
+                          [2, 0x400000], [0x7FFFFF, 0x12345678], [0x55555555, 0xAAAAAAAA]], np.uint32)
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["f32", "f64"])
+def test_box_muller_corners_agree_everywhere(wide):
+    """Box–Muller at its corners, three ways: the IR lowering (lower/random.py) through
+    the interpreter and through codegen, and codegen/random.py's LLVM (the
+    truncated-normal loop's), each against the numpy reference (ir/interp_rng.py)."""
+    from llvmlite import ir
+    from tfjit import dtypes as dt
+    from tfjit.codegen import random as llvm_random
+    from tfjit.codegen.elemental import Elemental
+    from tfjit.codegen.llvm_cpu import compile_ir
+    from tfjit.ir import interp, interp_rng
+    from tfjit.ir.module import Module
+    from tfjit.lower import random as lower_random
+    from tfjit.pipeline import compile_module
+    from tfjit.runtime.host import run_compiled
+    lanes = [np.ascontiguousarray(_CORNER_LANES[:, k % 2]) if not wide else
+             np.ascontiguousarray(_CORNER_LANES[:, k % 2] ^ np.uint32(k)) for k in range(4 if wide else 2)]
+    want = interp_rng.box_muller(tuple(lanes), wide)
+
+    m = Module("bm")
+    ps = [m.parameter(dt.U32, (len(_CORNER_LANES),)) for _ in lanes]
+    m.outputs = list(lower_random._box_muller(m, ps, wide))
+    for how, got in (("interp", interp.evaluate(m, lanes)), ("codegen", run_compiled(compile_module(m, "bm"), lanes))):
+        for k in range(2):
+            assert_bits_equal(got[k], want[k], f"lowered Box–Muller via {how}, output {k}")
+
+    t = ir.DoubleType() if wide else ir.FloatType()
+    mod = ir.Module("bm_llvm")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.IntType(32)] * 4 + [ir.PointerType()] * 2), "bm")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    elemental = Elemental(b, None, None)
+    s, c = llvm_random.box_muller(b, list(fn.args[:len(lanes)]), wide, elemental.libm)
+    b.store(s, fn.args[4])
+    b.store(c, fn.args[5])
+    b.ret_void()
+    code = compile_ir(str(mod), ["bm"])
+    import ctypes
+    ct = ctypes.c_double if wide else ctypes.c_float
+    call = ctypes.CFUNCTYPE(None, *[ctypes.c_uint32] * 4, ctypes.POINTER(ct), ctypes.POINTER(ct))(code.addresses["bm"])
+    out = np.zeros((2, len(_CORNER_LANES)), want[0].dtype)
+    for i in range(len(_CORNER_LANES)):
+        a, z = ct(), ct()
+        call(*[int(x[i]) for x in lanes] + [0] * (4 - len(lanes)), ctypes.byref(a), ctypes.byref(z))
+        out[0, i], out[1, i] = a.value, z.value
+    for k in range(2):
+        assert_bits_equal(out[k], want[k], f"codegen/random.py Box–Muller, output {k}")
