@@ -298,6 +298,9 @@ def test_bitcast_same_width_matches_tf(src, dst):
     arg = tf.constant(x)
     assert_bits_equal(tfjit.function(fn, jit_compile=True)(arg).numpy(), tf.function(fn)(arg).numpy(),
                       f"Bitcast {src} -> {dst}")
+    folded = lambda: [fn(tf.constant(x)), fn(tf.constant(x[2]))]      # through the interpreter; a scalar too
+    for k, (g, w) in enumerate(zip(tfjit.function(folded, jit_compile=True)(), tf.function(folded)())):
+        assert_bits_equal(g.numpy(), w.numpy(), f"Bitcast {src} -> {dst} folded {k}")
 
 
 def test_bitcast_of_another_width_is_refused():

@@ -299,7 +299,7 @@ def _shift(direction: str):
 
 
 def _bitcast(instr, vals):
-    return np.ascontiguousarray(vals[0]).view(instr.dtype.numpy())
+    return np.array(vals[0], order="C").view(instr.dtype.numpy())      # (0-d stays 0-d)
 
 
 def _xor(x, y):
