@@ -25,6 +25,13 @@ random_op_cpu.h, lib/random/random_distributions.h), and how it maps to IR:
   op ``truncated-normal`` (codegen/random.py): the elemental emitter has no
   loops of its own, and the rejection loop is the only part that needs one.
 
+Cost: every element recomputes its Philox block (the integer work of up to four
+elements; it vectorises) and normals their Box–Muller pair (twice TF's libm
+calls, which do not vectorise).  Single-threaded on 2M float32 elements here:
+uniform 1.45x TF's time, normal 1.9x, truncated normal 2x, a dropout mask
+fused with its consumer 1.07x.  One block per group needs a block-structured
+loop in the emitter (or Philox lanes materialised by fusion).
+
 Shapes must be compile-time constants (they are part of the cluster key);
 seeds, keys, counters and int bounds are runtime tensors.  ``alg`` must be a
 constant Philox (1) or auto-select (3, which is Philox on CPU).
