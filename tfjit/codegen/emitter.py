@@ -364,9 +364,9 @@ class KernelEmitter:
             in_dtype = i.operands[-1].dtype if op is not Op.CONVERT else i.operands[0].dtype
             return self.elemental.emit(op, in_dtype, i.dtype, args)
         if op is Op.CONSTANT:
-            if _uniform(i):    # a folded broadcast of one value: a register constant
-                return const(i.dtype, i.value.reshape(-1)[0].item())
-            return self._load_global(i, idx)
+            if _uniform(i) and not (i.dtype.is_float and np.isnan(i.value.astype(np.float64)).any()):
+                return const(i.dtype, i.value.reshape(-1)[0].item())   # one value: a register
+            return self._load_global(i, idx)      # (a NaN keeps its payload bits there)
         if op is Op.IOTA:
             return self.elemental.convert(self._idx(idx[i.attrs["dim"]]), dt.I64, i.dtype)
         mapped = operand_index(i, 0, idx) if op.kind is Kind.MOVEMENT else None
@@ -466,22 +466,24 @@ class KernelEmitter:
 
     def _load_global(self, i: Instr, idx):
         st = storage_type(i.dtype)
+        # floats are stored as their bits: a Python float would lose NaN payloads (Bitcast)
+        bits_t = ir.IntType(i.dtype.bits) if i.dtype.is_float else st
         name = f"{self.b.function.name}.const.{i.name}"
         g = self.module.globals.get(name)
         if g is None:
             flat = i.value.reshape(-1)
-            if i.dtype is dt.BF16:
-                flat = flat.view(np.uint16)
+            if i.dtype.is_float:
+                flat = flat.view(np.dtype(f"u{i.dtype.itemsize}"))
             elif i.dtype is dt.PRED:
                 flat = flat.astype(np.uint8)
-            arr_t = ir.ArrayType(st, flat.size)
+            arr_t = ir.ArrayType(bits_t, flat.size)
             g = ir.GlobalVariable(self.module, arr_t, name=name)
             g.global_constant = True
             g.linkage = "internal"
-            g.initializer = ir.Constant(arr_t, [ir.Constant(st, v.item()) for v in flat])
+            g.initializer = ir.Constant(arr_t, [ir.Constant(bits_t, v.item()) for v in flat])
         b = self.b
-        raw = b.load(b.gep(g, [i64(0), self._linear(idx, i.shape)], source_etype=g.value_type), typ=st)
-        return self._from_storage(raw, i.dtype)
+        raw = b.load(b.gep(g, [i64(0), self._linear(idx, i.shape)], source_etype=g.value_type), typ=bits_t)
+        return self._from_storage(raw if bits_t == st else b.bitcast(raw, st), i.dtype)
 
     def _from_storage(self, raw, d: dt.DType):
         b = self.b

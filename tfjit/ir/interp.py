@@ -19,6 +19,9 @@ corners where plain numpy differs:
   >= the segment count raise ``IndexOutOfRange`` with TF's message; negative
   scatter ids are dropped.  Scatters and scans combine in input order, rounding
   half precision at every step, as TF's CPU kernels do.
+* Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
+  BITCAST reinterprets bits; the ``-libm`` ops and TRUNCATED_NORMAL call the C
+  library as TF's random kernels do (interp_rng.py).
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the scalar path (the rules below), as the codegen does.
@@ -31,6 +34,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module
+from tfjit.ir import interp_rng
 from tfjit.ir.ops import Op
 
 
@@ -286,6 +290,39 @@ def _pad(instr, vals):
     return out
 
 
+# -- bit manipulation ---------------------------------------------------------
+
+def _unsigned(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def _shift_amount(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TF's clamp of the amount to [0, bits - 1], in the unsigned type of x."""
+    top = 8 * x.dtype.itemsize - 1
+    wide = y.astype(np.int64) if y.dtype.kind == "i" else np.minimum(y, top).astype(np.int64)
+    return np.clip(wide, 0, top).astype(_unsigned(x).dtype)
+
+
+def _shift(direction: str):
+    def run(x, y):
+        n = _shift_amount(x, y)
+        if direction == "left":
+            return (_unsigned(x) << n).view(x.dtype)
+        if direction == "logical":
+            return (_unsigned(x) >> n).view(x.dtype)
+        signed = np.dtype(f"i{x.dtype.itemsize}")
+        return (x.view(signed) >> n.astype(signed)).view(x.dtype)
+    return run
+
+
+def _bitcast(instr, vals):
+    return np.array(vals[0], order="C").view(instr.dtype.numpy())      # (0-d stays 0-d)
+
+
+def _xor(x, y):
+    return np.logical_xor(x, y) if x.dtype == np.bool_ else np.bitwise_xor(x, y)
+
+
 def _elementwise(fn):
     return lambda instr, vals: fn(*vals)
 
@@ -453,12 +490,18 @@ _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
     Op.NOT: _logical_or_bitwise(np.logical_not, np.invert),
     Op.AND: _logical_or_bitwise(np.logical_and, np.bitwise_and),
     Op.OR: _logical_or_bitwise(np.logical_or, np.bitwise_or),
+    Op.XOR: _xor, Op.SHL: _shift("left"), Op.SHR_LOGICAL: _shift("logical"),
+    Op.SHR_ARITH: _shift("arithmetic"),
+    Op.LOG_LIBM: lambda x: interp_rng.libm("log", x), Op.SIN_LIBM: lambda x: interp_rng.libm("sin", x),
+    Op.COS_LIBM: lambda x: interp_rng.libm("cos", x),
 }
 
 _EVAL = {
     Op.CONSTANT: lambda instr, vals: instr.value,
     Op.IOTA: _iota,
     Op.CONVERT: lambda instr, vals: _convert(vals[0], instr.operands[0].dtype, instr.dtype),
+    Op.BITCAST: _bitcast,
+    Op.TRUNCATED_NORMAL: lambda instr, vals: interp_rng.truncated_normal(vals, instr.dtype.numpy()),
     **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU}.items()},
     **{op: _elementwise(fn) for op, fn in _EXACT.items()},
     Op.BROADCAST: _broadcast,

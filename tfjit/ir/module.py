@@ -21,7 +21,8 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import COMPARISONS, Kind, Op, REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS
+from tfjit.ir.ops import (COMPARISONS, LIBM, SHIFTS, TYPED_RESULT, Kind, Op, REDUCE_KINDS,
+                          SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
 FOLD_MAX_ELEMENTS = 1 << 12   # constant-fold results up to this size while building
@@ -69,6 +70,20 @@ class Instr:
 
     def __repr__(self) -> str:
         return f"%{self.name}"
+
+
+def _check_types(op: Op, operand: dt.DType, result: dt.DType | None) -> None:
+    """Element types the bit-level, libm and RNG ops accept (others are checked by their users)."""
+    if op in SHIFTS and not operand.is_int:
+        raise IRError(f"{op.spelling} needs integer operands, not {operand}")
+    if op is Op.XOR and not (operand.is_int or operand is dt.PRED):
+        raise IRError(f"xor needs integer or pred operands, not {operand}")
+    if op in LIBM and operand not in (dt.F32, dt.F64):
+        raise IRError(f"{op.spelling} needs f32 or f64 operands, not {operand}")
+    if op is Op.BITCAST and (result is None or dt.PRED in (operand, result) or operand.bits != result.bits):
+        raise IRError(f"bitcast-convert from {operand} to {result}: widths differ or a type is pred")
+    if op is Op.TRUNCATED_NORMAL and (operand is not dt.U32 or result not in (dt.F32, dt.F64)):
+        raise IRError(f"truncated-normal takes u32 operands and gives f32 or f64, not {operand} -> {result}")
 
 
 class Module:
@@ -163,6 +178,9 @@ class Module:
             raise IRError(f"{op.spelling}: operand types differ: {[o.dtype for o in value_operands]}")
         if op is Op.SELECT and operands[0].dtype is not dt.PRED:
             raise IRError("select: predicate must be pred")
+        if op in TYPED_RESULT and dtype is None:
+            raise IRError(f"{op.spelling} needs its result type")
+        _check_types(op, operands[0].dtype, dtype)
         if dtype is None:
             pred_result = op in COMPARISONS or op in (Op.IS_NAN, Op.IS_INF, Op.IS_FINITE)
             dtype = dt.PRED if pred_result else value_operands[0].dtype
@@ -170,6 +188,9 @@ class Module:
 
     def convert(self, x: Instr, dtype: dt.DType) -> Instr:
         return x if x.dtype is dtype else self.elementwise(Op.CONVERT, x, dtype=dtype)
+
+    def bitcast(self, x: Instr, dtype: dt.DType) -> Instr:
+        return x if x.dtype is dtype else self.elementwise(Op.BITCAST, x, dtype=dtype)
 
     def broadcast(self, x: Instr, shape, dims) -> Instr:
         shape, dims = tuple(shape), tuple(dims)

@@ -15,7 +15,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import TUPLE, Instr, IRError, Module
-from tfjit.ir.ops import Kind, Op
+from tfjit.ir.ops import TYPED_RESULT, Kind, Op
 
 _HEADER = re.compile(r"(module|computation)\s+([\w.\-]+)\s*\{$")
 _INSTR = re.compile(r"%([\w.\-]+)\s*=\s*(\w+\[[\d,\s]*\]|\([\w\[\]\d,\s]*\))\s+([\w\-]+)\((.*)$")
@@ -224,7 +224,7 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
             raise IRError(f"iota dim {a('dim')!r} invalid for rank {len(shape)}")
         instr = m.iota(dtype, shape, a("dim"))
     elif op.kind is Kind.ELEMENTWISE:
-        instr = m.elementwise(op, *xs, dtype=dtype if op is Op.CONVERT else None)
+        instr = m.elementwise(op, *xs, dtype=dtype if op in TYPED_RESULT else None)
     elif op is Op.BROADCAST:
         instr = m.broadcast(xs[0], shape, a("dims", ()))
     elif op is Op.RESHAPE:

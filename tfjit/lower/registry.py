@@ -4,8 +4,9 @@ A rule receives a ``LowerCtx`` (the module being built, the typed node, its
 input instructions) and returns the IR instruction(s) for the node's outputs.
 Cross-cutting work lives in the decorator, not in rule bodies:
 
-* dtype checks (``dtypes=``): a node whose ``T`` is not listed is refused with
-  a reason before lowering, so marking and lowering agree;
+* dtype checks (``dtypes=``): a node whose ``T`` (or the attr named by
+  ``type_attr=``, e.g. the ``dtype`` of ops that make values) is not listed is
+  refused with a reason before lowering, so marking and lowering agree;
 * half precision (``half_in_f32=True``): f16/bf16 inputs are converted to f32,
   the rule computes in f32, and float results are converted back.
 
@@ -71,6 +72,7 @@ class Rule:
     half_in_f32: bool
     tf_passes: int = 1
     opaque_types: frozenset = frozenset()
+    type_attr: str = "T"
 
 
 RULES: dict[str, Rule] = {}
@@ -78,18 +80,20 @@ VARIANT_RULES: dict[str, Rule] = {}   # the op on TF variant values (TensorLists
 
 
 def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
-             opaque_types=()):
+             opaque_types=(), type_attr: str = "T"):
     """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
     (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
     that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone.
     ``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
     list although tfjit computes no tensors of them (control flow carries TensorLists and
-    variables as the values they stand for)."""
+    variables as the values they stand for).  ``type_attr``: the attribute holding the
+    value type the ``dtypes`` check applies to (ops that make values name it ``dtype``)."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
-            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes, frozenset(opaque_types))
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes, frozenset(opaque_types),
+                             type_attr)
         return fn
     return deco
 
@@ -128,7 +132,7 @@ def refusal(node: Node) -> str | None:
         for v in values:
             if isinstance(v, TFType) and v.ir is None and v.name not in rule.opaque_types:
                 return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
-    t = node.attrs.get("T")
+    t = node.attrs.get(rule.type_attr)
     if isinstance(t, TFType) and t.ir not in rule.dtypes and t.name not in rule.opaque_types:
         return f"{node.op} has no tfjit lowering for dtype {t.name}"
     return None

@@ -393,8 +393,15 @@ def _merge_siblings(b: _Builder) -> list:
 
 
 def _flat_ok(f: Fusion) -> bool:
-    """True when every value f evaluates is read at the root's own index."""
-    inside, stack, seen = set(f.instrs), list(f.instrs), set()
+    """True when every value f evaluates per element is read at the root's own index.
+
+    The walk follows elementwise edges from the roots; what lies behind a broadcast
+    of a scalar is read at () whatever the flat index (an RNG key, a seed's Philox
+    block), and a rank-1 iota is the flat index itself.  Hoisted reductions need the
+    row loop."""
+    if f.hoisted:
+        return False
+    inside, stack, seen = set(f.instrs), list(f.roots), set()
     while stack:
         i = stack.pop()
         if i in seen:
@@ -402,7 +409,7 @@ def _flat_ok(f: Fusion) -> bool:
         seen.add(i)
         if i.op in (Op.PARAMETER, Op.CONSTANT) or (i not in inside and not is_cheap(i)):
             continue
-        if i.op is Op.BROADCAST and i.operands[0].rank == 0:
+        if (i.op is Op.BROADCAST and i.operands[0].rank == 0) or (i.op is Op.IOTA and i.rank == 1):
             continue
         if i.op.kind is not Kind.ELEMENTWISE:
             return False
