@@ -20,23 +20,14 @@ import tensorflow as tf
 
 import tfjit
 from oracle import assert_matches
-from test_ops import (NP_DTYPES, TF_DTYPES, Case, bind, check, is_float, params, ramp, sample, specials,
+from test_ops import _case, _like
+from test_ops import (NP_DTYPES, TF_DTYPES, bind, check, is_float, params, ramp, sample, specials,
                       unary_values)
 
 R = tf.raw_ops
 FLOAT = ("f32", "f64")
 HALF = ("f16", "bf16")
 SHAPES = [(), (0,), (3, 0), (1, 5), (5, 1), (2, 3, 4)]
-
-
-def _case(op, d, name, fn, *inputs, **kw):
-    def make(rng):
-        return [np.asarray(a(rng) if callable(a) else a) for a in inputs]
-    return Case(op, d, name, fn, make, **kw)
-
-
-def _like(d, shape):
-    return lambda rng: sample(d, shape, rng)
 
 
 def _ordinary(d, shape):

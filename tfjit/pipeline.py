@@ -16,7 +16,7 @@ import itertools
 import time
 
 from tfjit import dtypes as dt
-from tfjit.codegen import library, llvm_cpu, objcache
+from tfjit.codegen import control, library, llvm_cpu, objcache
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.graph.graphdef import Graph
 from tfjit.ir import text
@@ -82,9 +82,12 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     fusions = done("fusion", fusion.fuse(m))
     plan = done("buffer-assignment", buffers.assign(m, fusions))
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
-    llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages)
-    if any(f.kind == "library" for f in fusions):   # dot/conv call the op library (TF's kernels)
+    llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages, parallel=True)
+    kinds = {f.kind for f in fusion.walk(fusions)}
+    if "library" in kinds:   # dot/conv call the op library (TF's kernels)
         llvm_cpu.define_symbols(launch.symbol_addresses(library.runtime_symbols()))
+    if kinds & set(fusion.CONTROL):   # loop drivers shard big steps through the op library
+        llvm_cpu.define_symbols(launch.symbol_addresses([control.PARALLEL_FOR]))
     code = objcache.compile_module(llmod, [s for s, _, _ in steps])   # persistent cache
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum

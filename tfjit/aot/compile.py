@@ -84,7 +84,7 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
     for p in pipeline.PASSES:
         p.run(m)
     fusions = fusion.fuse(m)
-    library = [f.roots[0] for f in fusions if f.kind == "library"]
+    library = [f.roots[0] for f in fusion.walk(fusions) if f.kind == "library"]
     if library:   # they call the op library (runtime/tf_kernels.cc), which an AOT object does not ship
         i = library[0]
         raise AotError(f"cannot compile {i.op.spelling} {{{{node {i.source}}}}}: tfjit-aot does "

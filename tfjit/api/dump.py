@@ -52,14 +52,18 @@ def kernels_section(compiled) -> str:
     return fusions_section(compiled.fusions)
 
 
-def fusions_section(fusions: list) -> str:
-    """``kernels_section`` of a list of ``fusion.Fusion``."""
-    lines = [f"// {len(fusions)} kernel(s)"]
+def fusions_section(fusions: list, indent: str = "") -> str:
+    """``kernels_section`` of a list of ``fusion.Fusion``; the kernels of a while's or
+    conditional's computations follow it, indented."""
+    lines = [f"//{indent} {len(fusions)} kernel(s)"]
     for f in fusions:
         roots = ", ".join(repr(r) for r in f.roots)
-        lines.append(f"// kernel {f.name}: kind={f.kind} roots=({roots}) "
+        lines.append(f"//{indent} kernel {f.name}: kind={f.kind} roots=({roots}) "
                      f"instrs={len(f.instrs)} shape={list(f.shape)}")
-        lines += [f"//   {note}" for note in f.notes]
+        lines += [f"//{indent}   {note}" for note in f.notes]
+        for computation, called in zip(f.instrs[0].called if f.instrs else (), f.called):
+            lines.append(f"//{indent}   computation {computation.name}:")
+            lines.append(fusions_section(called, indent + "    ").rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 

@@ -40,17 +40,21 @@ def user_frame(graph, node_name: str) -> str:
     return ""
 
 
-def message(graph_name: str, problems: list, graph=None) -> str:
-    """The text of ``unsupported``; problems: [(node_name, op, reason)]."""
+def message(graph_name: str, problems: list, graph=None, frame_node: str | None = None) -> str:
+    """The text of ``unsupported``; problems: [(node_name, op, reason)].  The user's line
+    is that of ``frame_node`` (default: the first problem's node), e.g. the While
+    whose body holds the node."""
     parts = [f"{op} ({reason}) {{{{node {node}}}}}" for node, op, reason in problems]
     msg = (f"Detected unsupported operations when trying to compile graph {graph_name} on TFJIT_CPU: "
            + "; ".join(parts))
-    where = user_frame(graph, problems[0][0]) if graph is not None else ""
+    where = user_frame(graph, frame_node or problems[0][0]) if graph is not None else ""
     if where:
         msg += f"\nThe op is created at: {where}"
     return msg
 
 
-def unsupported(graph_name: str, problems: list, graph=None) -> tf.errors.InvalidArgumentError:
+def unsupported(graph_name: str, problems: list, graph=None,
+                frame_node: str | None = None) -> tf.errors.InvalidArgumentError:
     """problems: [(node_name, op, reason)]."""
-    return tf.errors.InvalidArgumentError(None, None, message(graph_name, problems, graph))
+    return tf.errors.InvalidArgumentError(None, None, message(graph_name, problems, graph,
+                                                              frame_node))

@@ -205,7 +205,8 @@ class Function:
         try:
             compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name))
         except LoweringError as e:
-            return self._refuse(errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph))
+            return self._refuse(errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph,
+                                                   frame_node=e.caller))
         # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
         # unknown, e.g. FusedBatchNormV3's reserve_space_3
         return _Entry(key, compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False)
@@ -318,7 +319,8 @@ def _describer(graph_name: str, graph):
     ref = weakref.ref(graph)
 
     def describe(e) -> str:
-        return errors.message(graph_name, [(e.node, e.op, e.reason)], ref())
+        return errors.message(graph_name, [(e.node, e.op, e.reason)], ref(),
+                              getattr(e, "caller", None))
     return describe
 
 

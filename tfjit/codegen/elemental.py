@@ -6,13 +6,17 @@ behaviour: integer division checks its divisor (TF raises "Integer division by
 zero"; INT_MIN / -1 wraps), casts from float to int reproduce what TF's x86
 kernels produce for NaN and out-of-range values using saturating conversions
 and selects, and Maximum/Minimum propagate NaN and keep the left operand on
-ties, as TF does.
+ties, as TF does.  Shift amounts are clamped to [0, bits - 1] (TF's rule, and no
+LLVM poison).  The ``-libm`` ops call the C library itself (declared
+``nobuiltin`` so LLVM never folds or rewrites them with its own math); the
+truncated-normal op is a loop (codegen/random.py).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
 from tfjit import dtypes as dt
+from tfjit.codegen import random
 from tfjit.codegen.llvm_types import F32, I1, I16, I32, I64, const, intrinsic, value_type
 from tfjit.ir.ops import Op
 
@@ -23,6 +27,8 @@ _FCMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: "
 _MATH = {Op.EXP: "exp", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p", Op.SIN: "sin",
          Op.COS: "cos", Op.TANH: "tanh", Op.LOGISTIC: "sigmoid", Op.ERF: "erf",
          Op.SOFTPLUS: "softplus", Op.ATAN2: "atan2"}
+_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos"}
+_SHIFT = {Op.SHL: "shl", Op.SHR_LOGICAL: "lshr", Op.SHR_ARITH: "ashr"}
 _FINTRINSIC = {Op.SQRT: "sqrt", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND_EVEN: "roundeven",
                Op.ABS: "fabs"}
 
@@ -34,11 +40,16 @@ class Elemental:
         self.b = b
         self.math = math                  # math(b, name, args) -> value (target-specific)
         self.raise_status = raise_status
+        self._sincos: dict = {}           # (argument, block) -> (sin, cos) from one sincos call
 
     def emit(self, op: Op, in_dtype: dt.DType, out_dtype: dt.DType, args: list):
         b = self.b
         if op is Op.CONVERT:
             return self.convert(args[0], in_dtype, out_dtype)
+        if op is Op.BITCAST:
+            return self.bitcast(args[0], in_dtype, out_dtype)
+        if op is Op.TRUNCATED_NORMAL:
+            return random.truncated_normal(b, value_type(out_dtype), args, self.libm)
         if op is Op.SELECT:
             return b.select(*args)
         if op in _FCMP:
@@ -72,6 +83,8 @@ class Elemental:
             return self.math(b, _MATH[op], [self._daz(a) for a in args])
         if op in _FINTRINSIC:
             return intrinsic(b, _FINTRINSIC[op], t, [x])
+        if op in _LIBM:
+            return self.libm(_LIBM[op], x)
         if op is Op.RSQRT:
             return b.fdiv(ir.Constant(t, 1.0), intrinsic(b, "sqrt", t, [x]))
         if op is Op.NEG:
@@ -88,6 +101,40 @@ class Elemental:
         if op is Op.IS_FINITE:
             return b.fcmp_ordered("<", intrinsic(b, "fabs", t, [x]), ir.Constant(t, float("inf")))
         raise NotImplementedError(f"{op.spelling} on {d}")
+
+    def libm(self, name: str, x):
+        """The C library's ``name`` (logf for a float, log for a double) of x.
+
+        sin and cos of one value in one block share a call to sincosf/sincos (what
+        TF's Box–Muller calls): glibc's sincos gives sin's and cos's bits exactly
+        (checked for all 2**23 float32 angles Box–Muller makes and 2e7 float64 ones)."""
+        if name in ("sin", "cos"):
+            return self._sin_cos(x)[name == "cos"]
+        symbol = name + ("f" if x.type == F32 else "")
+        return self.b.call(self._libm_decl(symbol, ir.FunctionType(x.type, [x.type]), pure=True), [x])
+
+    def _libm_decl(self, symbol: str, fnty, pure: bool):
+        fn = self.b.module.globals.get(symbol)
+        if fn is None:
+            fn = ir.Function(self.b.module, fnty, name=symbol)
+        # never folded or rewritten by LLVM's own math (also when mathlib declared it first)
+        for attr in ("nobuiltin", "nounwind") + (("readnone",) if pure else ("argmemonly",)):
+            fn.attributes.add(attr)
+        return fn
+
+    def _sin_cos(self, x):
+        b, key = self.b, (x, self.b.block)
+        if key not in self._sincos:
+            symbol = "sincosf" if x.type == F32 else "sincos"
+            fn = self._libm_decl(symbol, ir.FunctionType(ir.VoidType(), [x.type, ir.PointerType(), ir.PointerType()]),
+                                 pure=False)
+            entry = b.function.entry_basic_block
+            with b.goto_block(entry):
+                b.position_at_start(entry)
+                slots = [b.alloca(x.type), b.alloca(x.type)]
+            b.call(fn, [x] + slots)
+            self._sincos[key] = tuple(b.load(p, typ=x.type) for p in slots)
+        return self._sincos[key]
 
     def _daz(self, x):
         """x with a denormal read as signed zero, as TF's FPU code reads it (MXCSR
@@ -121,6 +168,10 @@ class Elemental:
             return b.and_(x, y)
         if op is Op.OR:
             return b.or_(x, y)
+        if op is Op.XOR:
+            return b.xor(x, y)
+        if op in _SHIFT:
+            return getattr(b, _SHIFT[op])(x, self._shift_amount(d, y))
         if op is Op.NOT:
             return b.not_(x)
         if op is Op.NEG:
@@ -135,6 +186,14 @@ class Elemental:
         if op is Op.POW:
             return self._int_pow(d, x, y)
         raise NotImplementedError(f"{op.spelling} on {d}")
+
+    def _shift_amount(self, d, y):
+        """TF's clamp of a shift amount to [0, bits - 1]."""
+        b = self.b
+        top = const(d, d.bits - 1)
+        beyond = b.icmp_unsigned(">", y, top)         # a negative signed amount too
+        clamped = b.select(b.icmp_signed("<", y, const(d, 0)), const(d, 0), top) if d.is_signed else top
+        return b.select(beyond, clamped, y)
 
     def _divide(self, op, d, x, y):
         b = self.b
@@ -208,6 +267,21 @@ class Elemental:
         if src.bits > dst.bits:
             return b.trunc(x, t)
         return b.sext(x, t) if src.is_signed else b.zext(x, t)
+
+    def bitcast(self, x, src: dt.DType, dst: dt.DType):
+        """Same-width reinterpretation; f16/bf16 registers hold f32 values of those types."""
+        b = self.b
+        if src is dt.F16:
+            x = b.bitcast(b.fptrunc(x, ir.HalfType()), I16)
+        elif src is dt.BF16:
+            x = b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 16)), I16)   # exact: no rounding
+        elif src.is_float:
+            x = b.bitcast(x, ir.IntType(src.bits))
+        if dst is dt.F16:
+            return b.fpext(b.bitcast(x, ir.HalfType()), F32)
+        if dst is dt.BF16:
+            return bf16_to_f32(b, x)
+        return b.bitcast(x, value_type(dst)) if dst.is_float else x
 
     def _float_to_float(self, x, src, dst):
         b = self.b

@@ -364,9 +364,9 @@ class KernelEmitter:
             in_dtype = i.operands[-1].dtype if op is not Op.CONVERT else i.operands[0].dtype
             return self.elemental.emit(op, in_dtype, i.dtype, args)
         if op is Op.CONSTANT:
-            if _uniform(i):    # a folded broadcast of one value: a register constant
-                return const(i.dtype, i.value.reshape(-1)[0].item())
-            return self._load_global(i, idx)
+            if _uniform(i) and not (i.dtype.is_float and np.isnan(i.value.astype(np.float64)).any()):
+                return const(i.dtype, i.value.reshape(-1)[0].item())   # one value: a register
+            return self._load_global(i, idx)      # (a NaN keeps its payload bits there)
         if op is Op.IOTA:
             return self.elemental.convert(self._idx(idx[i.attrs["dim"]]), dt.I64, i.dtype)
         mapped = operand_index(i, 0, idx) if op.kind is Kind.MOVEMENT else None
@@ -379,6 +379,10 @@ class KernelEmitter:
             starts, strides = i.attrs["starts"], i.attrs["strides"]
             return self.value(i.operands[0], tuple(
                 b.add(i64(s), b.mul(self._idx(v), i64(st))) for v, s, st in zip(idx, starts, strides)))
+        if op is Op.DYNAMIC_SLICE:
+            x = i.operands[0]
+            starts = self.clamped_starts(x, i.operands[1:], i.shape)
+            return self.value(x, tuple(b.add(self._idx(v), s) for v, s in zip(idx, starts)))
         if op is Op.PAD:
             return self._pad(i, idx)
         if op is Op.CONCAT:
@@ -391,6 +395,15 @@ class KernelEmitter:
         if op is Op.GATHER:
             return gather.value(self, i, idx)
         raise NotImplementedError(op.spelling)
+
+    def clamped_starts(self, x: Instr, starts, sizes) -> list:
+        """Run-time window starts (i64), clamped so the window lies inside ``x`` (HLO)."""
+        b, out = self.b, []
+        for s, dim, size in zip(starts, x.shape, sizes):
+            v = self.elemental.convert(self.value(s, ()), s.dtype, dt.I64)
+            v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
+            out.append(b.select(b.icmp_signed(">", v, i64(dim - size)), i64(dim - size), v))
+        return out
 
     def _pad(self, i: Instr, idx):
         b = self.b
@@ -453,22 +466,24 @@ class KernelEmitter:
 
     def _load_global(self, i: Instr, idx):
         st = storage_type(i.dtype)
+        # floats are stored as their bits: a Python float would lose NaN payloads (Bitcast)
+        bits_t = ir.IntType(i.dtype.bits) if i.dtype.is_float else st
         name = f"{self.b.function.name}.const.{i.name}"
         g = self.module.globals.get(name)
         if g is None:
             flat = i.value.reshape(-1)
-            if i.dtype is dt.BF16:
-                flat = flat.view(np.uint16)
+            if i.dtype.is_float:
+                flat = flat.view(np.dtype(f"u{i.dtype.itemsize}"))
             elif i.dtype is dt.PRED:
                 flat = flat.astype(np.uint8)
-            arr_t = ir.ArrayType(st, flat.size)
+            arr_t = ir.ArrayType(bits_t, flat.size)
             g = ir.GlobalVariable(self.module, arr_t, name=name)
             g.global_constant = True
             g.linkage = "internal"
-            g.initializer = ir.Constant(arr_t, [ir.Constant(st, v.item()) for v in flat])
+            g.initializer = ir.Constant(arr_t, [ir.Constant(bits_t, v.item()) for v in flat])
         b = self.b
-        raw = b.load(b.gep(g, [i64(0), self._linear(idx, i.shape)], source_etype=g.value_type), typ=st)
-        return self._from_storage(raw, i.dtype)
+        raw = b.load(b.gep(g, [i64(0), self._linear(idx, i.shape)], source_etype=g.value_type), typ=bits_t)
+        return self._from_storage(raw if bits_t == st else b.bitcast(raw, st), i.dtype)
 
     def _from_storage(self, raw, d: dt.DType):
         b = self.b

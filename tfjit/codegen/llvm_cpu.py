@@ -14,8 +14,9 @@ import threading
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tfjit.codegen import indexing, library, mathlib
+from tfjit.codegen import control, indexing, library, mathlib
 from tfjit.codegen.elemental import MESSAGES
+from tfjit.codegen.update import UpdateEmitter
 
 _lock = threading.Lock()
 
@@ -65,22 +66,39 @@ class MachineCode:
         return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
 
 
-def emit_module(name: str, fusions: list, plan, messages: list | None = None) -> tuple:
+def emit_module(name: str, fusions: list, plan, messages: list | None = None,
+                parallel: bool = False) -> tuple:
     """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).  ``messages``
     (``elemental.MESSAGES`` and more) receives the runtime error texts kernels add;
-    status code k reports ``messages[k - 1]``."""
+    status code k reports ``messages[k - 1]``.  ``parallel``: loop drivers shard their
+    big steps through the op library's ``tfjit_rt_parallel_for`` (the JIT; an AOT object
+    has no op library)."""
     messages = list(MESSAGES) if messages is None else messages
     module = ir.Module(name=name)
     module.triple = llvm.get_process_triple()
     module.data_layout = str(target_machine().target_data)
+    return module, emit_kernels(module, fusions, plan, name, messages, parallel)
+
+
+def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
+                 parallel: bool = False) -> list:
+    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
     steps = []
     for n, f in enumerate(fusions):
+        kname = f"{prefix}.k{n}"
         if f.kind == "library":
-            steps += library.emit(module, f, plan, f"{name}.k{n}", messages)
+            steps += library.emit(module, f, plan, kname, messages)
+        elif f.kind in ("while", "conditional"):
+            emit = control.emit_while if f.kind == "while" else control.emit_conditional
+            steps += emit(module, f, plan, kname,
+                          lambda fs, p: emit_kernels(module, fs, plan, p, messages, parallel),
+                          parallel)
+        elif f.kind == "update":
+            steps += UpdateEmitter(module, mathlib.emit, f, plan, kname, messages).emit()
         else:
             emitter = indexing.emitter_for(f.kind)
-            steps += emitter(module, mathlib.emit, f, plan, f"{name}.k{n}", messages).emit()
-    return module, steps
+            steps += emitter(module, mathlib.emit, f, plan, kname, messages).emit()
+    return steps
 
 
 def define_symbols(addresses: dict) -> None:

@@ -14,6 +14,8 @@ Steps (after XLA's MarkForCompilationPass; tfjit's own code):
 3. cycle-free edge contraction (graph/cluster.py), size limits in effective
    ops: Identity/Const count 0, an op whose TF kernel makes several passes over
    memory (Softmax: 4) counts that many, so it is worth a cluster on its own;
+   a cluster never takes or returns a TensorList (variant): the nodes on such
+   an edge are refused and the clusters are formed again;
 4. each cluster's definition, its fallback function and the rewritten graph.
 """
 from __future__ import annotations
@@ -174,8 +176,16 @@ def cluster_graph(graph_def, tensor_info, options: Options, outputs: list | None
     """
     graph = Graph(graph_def)
     marks = candidates(graph, options)
-    groups = clustering.auto_clusters(graph, marks, options.min_size, options.max_size or None,
-                                      contexts(graph), options.weights)
+    ctx = contexts(graph)
+    while True:
+        groups = clustering.auto_clusters(graph, marks, options.min_size, options.max_size or None,
+                                          ctx, options.weights)
+        crossing = _variant_crossings(graph, groups, tensor_info, outputs or [])
+        if not crossing:
+            break
+        for name in crossing:
+            marks[name] = ("a TensorList (variant tensor) would cross the cluster's boundary: "
+                           "tfjit compiles lists only inside one cluster")
     used_outside = {}
     for node in graph.nodes.values():
         for src in node.inputs:
@@ -196,6 +206,24 @@ def cluster_graph(graph_def, tensor_info, options: Options, outputs: list | None
                      if options.fallback else None)
         result.graph_def, _ = rewrite(graph_def, specs, tensor_info, fallbacks)
     return result
+
+
+_DT_VARIANT = 21
+
+
+def _variant_crossings(graph: Graph, groups: list, tensor_info, outputs: list) -> set:
+    """Clustered nodes that would take or give a variant tensor across a cluster boundary."""
+    owner = {n: k for k, names in enumerate(groups) for n in names}
+    bad = set()
+    for node in graph.nodes.values():
+        for src in node.inputs:
+            a, b = owner.get(src[0]), owner.get(node.name)
+            if a != b and tensor_info(*src)[0] == _DT_VARIANT:
+                bad |= {n for n, k in ((src[0], a), (node.name, b)) if k is not None}
+    for src in outputs:
+        if src[0] in owner and tensor_info(*src)[0] == _DT_VARIANT:
+            bad.add(src[0])
+    return bad
 
 
 def _name_prefix(graph_def, options: Options) -> str:

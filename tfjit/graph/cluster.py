@@ -5,6 +5,8 @@ GraphDef: one ``Placeholder`` per input tensor (``_arg_<i>``), the cluster's
 nodes with inputs renamed, and one ``Identity`` per output (``_retval_<j>``).
 That GraphDef is serialised into the launch node's ``cluster_def`` attribute,
 so a rewritten graph stays self-contained: the compiler needs nothing else.
+Its library holds the functions that the cluster's control flow calls (loop
+bodies, branches; graph/functions.py), so the key covers them too.
 
 Auto-clustering merges clusters by contracting data edges and refuses a
 contraction that would create a cycle through a node outside the cluster
@@ -90,6 +92,10 @@ def extract(graph: Graph, names: list, tensor_info, outputs=None, inputs=None,
             nd.input.append(f"{ARG_PREFIX}{arg_of[src]}" if src in arg_of else _tensor_name(src))
         for attr in [a for a in nd.attr if a.startswith("_")]:
             del nd.attr[attr]
+    from tfjit.graph.functions import referenced
+    library = graph.functions
+    for fname in referenced([by_name[n] for n in order], library):
+        gd.library.function.add().CopyFrom(library[fname])
     for k, src in enumerate(outputs):
         ret = gd.node.add(name=f"{RET_PREFIX}{k}", op="Identity")
         ret.input.append(f"{ARG_PREFIX}{arg_of[src]}" if src in arg_of else _tensor_name(src))

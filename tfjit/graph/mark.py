@@ -43,6 +43,52 @@ def reason(node: Node) -> str | None:
     return why
 
 
+# The function attributes of functional control flow (graph/functions.py).
+_CALLS = {"While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
+          "If": ("then_branch", "else_branch"), "StatelessIf": ("then_branch", "else_branch"),
+          "Case": ("branches",), "StatelessCase": ("branches",)}
+
+
+def _called_reason(node: Node, library: dict, memo: dict) -> str | None:
+    """Why a While/If/Case cannot be compiled because of a function it calls, or None.
+
+    Functional control flow is compiled only when its bodies compile (every node
+    of every function it reaches has a lowering), as XLA clusters them."""
+    for attr in _CALLS.get(node.op, ()):
+        value = node.attrs.get(attr)
+        for fname in value if isinstance(value, tuple) else (value,):
+            why = _function_reason(fname, library, memo)
+            if why:
+                return why
+    return None
+
+
+def _function_reason(fname: str, library: dict, memo: dict) -> str | None:
+    if fname in memo:
+        return memo[fname]
+    memo[fname] = None        # a recursive reference is judged by its other nodes
+    if fname not in library:
+        memo[fname] = f"function {fname} is not in the graph's library"
+        return memo[fname]
+    from tfjit.graph.cluster import RET_PREFIX
+    from tfjit.graph.functions import function_graph
+    try:
+        body = function_graph(library[fname], library)
+    except ValueError as e:
+        memo[fname] = f"function {fname} cannot be read: {e}"
+        return memo[fname]
+    for n in body.nodes.values():
+        if n.op in STRUCTURAL or n.name.startswith(RET_PREFIX):   # a function's returns
+            continue
+        why = reason(n) or _called_reason(n, library, memo)
+        if why:
+            memo[fname] = f"{fname} does not compile: {n.op} ({why}) {{{{node {n.name}}}}}"
+            break
+    return memo[fname]
+
+
 def mark(graph: Graph) -> dict:
     """{node name: None | reason} for every non-structural node."""
-    return {n.name: reason(n) for n in graph.nodes.values() if n.op not in STRUCTURAL}
+    memo: dict = {}
+    return {n.name: reason(n) or _called_reason(n, graph.functions, memo)
+            for n in graph.nodes.values() if n.op not in STRUCTURAL}

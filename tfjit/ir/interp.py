@@ -13,10 +13,15 @@ corners where plain numpy differs:
   comparisons and f32<->f64 conversion read denormal operands as signed zero
   and flush denormal results.  Bit-level ops (neg, abs, select, movement),
   remainder (libm's fmod) and conversions to f16/bf16 keep denormals, as in TF.
+* while/conditional run their called modules through ``evaluate`` (only the
+  taken branch runs); dynamic-slice/dynamic-update-slice clamp their starts.
 * A gather index outside [0, n) (when the result is not empty) and a scatter id
   >= the segment count raise ``IndexOutOfRange`` with TF's message; negative
   scatter ids are dropped.  Scatters and scans combine in input order, rounding
   half precision at every step, as TF's CPU kernels do.
+* Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
+  BITCAST reinterprets bits; the ``-libm`` ops and TRUNCATED_NORMAL call the C
+  library as TF's random kernels do (interp_rng.py).
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the scalar path (the rules below), as the codegen does.
@@ -29,6 +34,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module
+from tfjit.ir import interp_rng
 from tfjit.ir.ops import CONV_BACKPROPS, Op
 
 
@@ -66,6 +72,8 @@ def evaluate_instr(instr: Instr, operand_values: list) -> np.ndarray:
     """The value of ``instr`` given its operands' values."""
     if instr.op is Op.PARAMETER:
         raise ValueError(f"parameter {instr.name} has no value outside evaluate()")
+    if instr.op in _CONTROL:
+        return _CONTROL[instr.op](instr, operand_values)
     with np.errstate(all="ignore"):
         out = np.asarray(_EVAL[instr.op](instr, [np.asarray(v) for v in operand_values]), order="C")
     if out.dtype != instr.dtype.numpy() or out.shape != instr.shape:
@@ -282,6 +290,39 @@ def _pad(instr, vals):
     return out
 
 
+# -- bit manipulation ---------------------------------------------------------
+
+def _unsigned(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}"))
+
+
+def _shift_amount(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """TF's clamp of the amount to [0, bits - 1], in the unsigned type of x."""
+    top = 8 * x.dtype.itemsize - 1
+    wide = y.astype(np.int64) if y.dtype.kind == "i" else np.minimum(y, top).astype(np.int64)
+    return np.clip(wide, 0, top).astype(_unsigned(x).dtype)
+
+
+def _shift(direction: str):
+    def run(x, y):
+        n = _shift_amount(x, y)
+        if direction == "left":
+            return (_unsigned(x) << n).view(x.dtype)
+        if direction == "logical":
+            return (_unsigned(x) >> n).view(x.dtype)
+        signed = np.dtype(f"i{x.dtype.itemsize}")
+        return (x.view(signed) >> n.astype(signed)).view(x.dtype)
+    return run
+
+
+def _bitcast(instr, vals):
+    return np.array(vals[0], order="C").view(instr.dtype.numpy())      # (0-d stays 0-d)
+
+
+def _xor(x, y):
+    return np.logical_xor(x, y) if x.dtype == np.bool_ else np.bitwise_xor(x, y)
+
+
 def _elementwise(fn):
     return lambda instr, vals: fn(*vals)
 
@@ -342,6 +383,52 @@ def _conv_backprop(instr, a, g):
                 dw[i, j] = np.tensordot(xp[window], g, axes=([0, 1, 2], [0, 1, 2])).astype(g.dtype)
     return dxp[:, top:top + h, left:left + wd] if of_input else dw
 
+
+# -- run-time indices and control flow ---------------------------------------
+
+def _clamped_starts(x: np.ndarray, starts, sizes) -> tuple:
+    """HLO's rule: each start is clamped so that the window lies inside ``x``."""
+    return tuple(min(max(int(s), 0), d - n) for s, d, n in zip(starts, x.shape, sizes))
+
+
+def _dynamic_slice(instr, vals):
+    x = vals[0]
+    starts = _clamped_starts(x, vals[1:], instr.shape)
+    return x[tuple(slice(s, s + n) for s, n in zip(starts, instr.shape))]
+
+
+def _dynamic_update_slice(instr, vals):
+    x, update = vals[0], vals[1]
+    out = np.array(x)
+    starts = _clamped_starts(x, vals[2:], update.shape)
+    out[tuple(slice(s, s + n) for s, n in zip(starts, update.shape))] = update
+    return out
+
+
+def _while(instr, vals):
+    cond, body = instr.called
+    state = [np.asarray(v) for v in vals]
+    while bool(evaluate(cond, state)[0]):
+        state = evaluate(body, state)
+    return tuple(state)
+
+
+def _conditional(instr, vals):
+    selector, args = np.asarray(vals[0]), [np.asarray(v) for v in vals[1:]]
+    branches = instr.called
+    if selector.dtype == np.bool_:
+        branch = branches[0] if bool(selector) else branches[1]
+    else:
+        k = int(selector)
+        branch = branches[k] if 0 <= k < len(branches) else branches[-1]
+    return tuple(evaluate(branch, args))
+
+
+_CONTROL = {
+    Op.WHILE: _while,
+    Op.CONDITIONAL: _conditional,
+    Op.GET_TUPLE_ELEMENT: lambda instr, vals: vals[0][instr.attrs["index"]],
+}
 
 # -- data-dependent indexing ---------------------------------------------------------
 
@@ -434,12 +521,18 @@ _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
     Op.NOT: _logical_or_bitwise(np.logical_not, np.invert),
     Op.AND: _logical_or_bitwise(np.logical_and, np.bitwise_and),
     Op.OR: _logical_or_bitwise(np.logical_or, np.bitwise_or),
+    Op.XOR: _xor, Op.SHL: _shift("left"), Op.SHR_LOGICAL: _shift("logical"),
+    Op.SHR_ARITH: _shift("arithmetic"),
+    Op.LOG_LIBM: lambda x: interp_rng.libm("log", x), Op.SIN_LIBM: lambda x: interp_rng.libm("sin", x),
+    Op.COS_LIBM: lambda x: interp_rng.libm("cos", x),
 }
 
 _EVAL = {
     Op.CONSTANT: lambda instr, vals: instr.value,
     Op.IOTA: _iota,
     Op.CONVERT: lambda instr, vals: _convert(vals[0], instr.operands[0].dtype, instr.dtype),
+    Op.BITCAST: _bitcast,
+    Op.TRUNCATED_NORMAL: lambda instr, vals: interp_rng.truncated_normal(vals, instr.dtype.numpy()),
     **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU}.items()},
     **{op: _elementwise(fn) for op, fn in _EXACT.items()},
     Op.BROADCAST: _broadcast,
@@ -460,5 +553,7 @@ _EVAL = {
                                                   instr.attrs["dilations"], instr.attrs["padding"])),
     **{op: _fpu_instr(_conv_backprop) for op in CONV_BACKPROPS},
 }
-_MISSING = set(Op) - set(_EVAL) - {Op.PARAMETER}
+_EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
+_EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice
+_MISSING = set(Op) - set(_EVAL) - set(_CONTROL) - {Op.PARAMETER}
 assert not _MISSING, f"interpreter lacks {_MISSING}"

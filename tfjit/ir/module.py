@@ -4,6 +4,13 @@ A module is a list of instructions in topological order, a list of parameters
 (the cluster's inputs, in order) and a list of outputs.  Builders check shapes
 as they add instructions, so a lowering that produces a malformed module fails
 at the offending instruction with a readable message instead of in codegen.
+
+Control flow nests modules, as HLO nests computations: a ``while`` instruction
+calls a condition and a body module, a ``conditional`` one module per branch
+(``Instr.called``; the attributes hold their names, for the text form).  A
+called module's parameters are the values handed to it; it never reads an
+instruction of its caller.  ``Module.computations()`` lists every module a
+module calls, directly or not, callees first.
 """
 from __future__ import annotations
 
@@ -14,8 +21,8 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, Kind, Op, REDUCE_KINDS, SCAN_KINDS,
-                         SCATTER_KINDS)
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, TYPED_RESULT, Kind, Op,
+                          REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
 FOLD_MAX_ELEMENTS = 1 << 12   # constant-fold results up to this size while building
@@ -25,6 +32,11 @@ INDEX_DTYPES = (dt.I32, dt.I64)     # element types of gather indices, scatter i
 
 class IRError(ValueError):
     """A malformed instruction (wrong shapes, types or attributes)."""
+
+
+# The type of while/conditional results: a tuple, whose elements (``Instr.results``)
+# are read by get-tuple-element.  Not a tensor type (no TF enum, never in memory).
+TUPLE = dt.DType("tuple", -1, "void", 0, "tuple")
 
 
 @dataclasses.dataclass(eq=False)
@@ -38,6 +50,8 @@ class Instr:
     value: np.ndarray | None = None      # CONSTANT only
     index: int = -1                      # PARAMETER only
     source: str = ""                     # TF node that produced it (for messages)
+    called: tuple = ()                   # WHILE: (condition, body); CONDITIONAL: branches
+    results: tuple = ()                  # tuple-typed (dtype is TUPLE): ((DType, shape), ...)
 
     @property
     def size(self) -> int:
@@ -47,11 +61,29 @@ class Instr:
     def rank(self) -> int:
         return len(self.shape)
 
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype is TUPLE
+
     def is_scalar_constant(self) -> bool:
         return self.op is Op.CONSTANT and self.value.size == 1
 
     def __repr__(self) -> str:
         return f"%{self.name}"
+
+
+def _check_types(op: Op, operand: dt.DType, result: dt.DType | None) -> None:
+    """Element types the bit-level, libm and RNG ops accept (others are checked by their users)."""
+    if op in SHIFTS and not operand.is_int:
+        raise IRError(f"{op.spelling} needs integer operands, not {operand}")
+    if op is Op.XOR and not (operand.is_int or operand is dt.PRED):
+        raise IRError(f"xor needs integer or pred operands, not {operand}")
+    if op in LIBM and operand not in (dt.F32, dt.F64):
+        raise IRError(f"{op.spelling} needs f32 or f64 operands, not {operand}")
+    if op is Op.BITCAST and (result is None or dt.PRED in (operand, result) or operand.bits != result.bits):
+        raise IRError(f"bitcast-convert from {operand} to {result}: widths differ or a type is pred")
+    if op is Op.TRUNCATED_NORMAL and (operand is not dt.U32 or result not in (dt.F32, dt.F64)):
+        raise IRError(f"truncated-normal takes u32 operands and gives f32 or f64, not {operand} -> {result}")
 
 
 class Module:
@@ -73,6 +105,7 @@ class Module:
         if instr.size > MAX_ELEMENTS or any(d < 0 for d in instr.shape):
             raise IRError(f"shape {list(instr.shape)} of {instr.op.spelling} is too large or negative")
         if self.folder and instr.operands and instr.size <= FOLD_MAX_ELEMENTS \
+                and instr.op.kind is not Kind.CONTROL \
                 and all(o.op is Op.CONSTANT for o in instr.operands):
             value = self.folder(instr, [o.value for o in instr.operands])
             if value is not None:
@@ -81,6 +114,20 @@ class Module:
         instr.source = instr.source or self.source
         self.instrs.append(instr)
         return instr
+
+    def computations(self) -> list:
+        """Every module this one calls (directly or through called modules), callees first."""
+        out, seen = [], set()
+
+        def visit(m):
+            for i in m.instrs:
+                for c in i.called:
+                    if id(c) not in seen:
+                        seen.add(id(c))
+                        visit(c)
+                        out.append(c)
+        visit(self)
+        return out
 
     def users(self) -> dict:
         users = {i: [] for i in self.instrs}
@@ -131,6 +178,9 @@ class Module:
             raise IRError(f"{op.spelling}: operand types differ: {[o.dtype for o in value_operands]}")
         if op is Op.SELECT and operands[0].dtype is not dt.PRED:
             raise IRError("select: predicate must be pred")
+        if op in TYPED_RESULT and dtype is None:
+            raise IRError(f"{op.spelling} needs its result type")
+        _check_types(op, operands[0].dtype, dtype)
         if dtype is None:
             pred_result = op in COMPARISONS or op in (Op.IS_NAN, Op.IS_INF, Op.IS_FINITE)
             dtype = dt.PRED if pred_result else value_operands[0].dtype
@@ -138,6 +188,9 @@ class Module:
 
     def convert(self, x: Instr, dtype: dt.DType) -> Instr:
         return x if x.dtype is dtype else self.elementwise(Op.CONVERT, x, dtype=dtype)
+
+    def bitcast(self, x: Instr, dtype: dt.DType) -> Instr:
+        return x if x.dtype is dtype else self.elementwise(Op.BITCAST, x, dtype=dtype)
 
     def broadcast(self, x: Instr, shape, dims) -> Instr:
         shape, dims = tuple(shape), tuple(dims)
@@ -283,6 +336,82 @@ class Module:
             raise IRError(f"argreduce kind={kind} needs a non-empty last dimension")
         return self._add(Instr(Op.ARGREDUCE, dtype, x.shape[:-1], (x,), {"kind": kind}))
 
+    # -- run-time indices ----------------------------------------------------
+    def _starts(self, op: str, x: Instr, starts) -> tuple:
+        starts = tuple(starts)
+        if len(starts) != x.rank or any(s.shape != () or not s.dtype.is_int for s in starts):
+            raise IRError(f"{op} of rank {x.rank} needs {x.rank} integer scalar start indices")
+        return starts
+
+    def dynamic_slice(self, x: Instr, starts, sizes) -> Instr:
+        """The window of ``sizes`` at run-time ``starts`` (clamped into ``x``, as HLO's)."""
+        sizes, starts = tuple(int(s) for s in sizes), self._starts("dynamic-slice", x, starts)
+        if len(sizes) != x.rank or any(not 0 <= n <= d for n, d in zip(sizes, x.shape)):
+            raise IRError(f"dynamic-slice of {list(x.shape)} with sizes {list(sizes)} is invalid")
+        return self._add(Instr(Op.DYNAMIC_SLICE, x.dtype, sizes, (x,) + starts))
+
+    def dynamic_update_slice(self, x: Instr, update: Instr, starts) -> Instr:
+        """``x`` with the window at run-time ``starts`` (clamped) replaced by ``update``."""
+        starts = self._starts("dynamic-update-slice", x, starts)
+        if update.dtype is not x.dtype or update.rank != x.rank \
+                or any(u > d for u, d in zip(update.shape, x.shape)):
+            raise IRError(f"dynamic-update-slice of {x.dtype.name}{list(x.shape)} with "
+                          f"{update.dtype.name}{list(update.shape)} is invalid")
+        return self._add(Instr(Op.DYNAMIC_UPDATE_SLICE, x.dtype, x.shape, (x, update) + starts))
+
+    # -- control flow --------------------------------------------------------
+    def while_loop(self, cond: "Module", body: "Module", operands) -> Instr:
+        """Runs ``body`` on the carried values while ``cond`` (one pred[] output) holds.
+
+        ``operands`` are the initial values; cond and body take them as parameters,
+        and body returns their next values, with the same types and shapes."""
+        operands = tuple(operands)
+        types = _types(operands)
+        if _types(cond.params) != types or _types(body.params) != types:
+            raise IRError(f"while: condition {cond.name} takes {_type_list(cond.params)}, body "
+                          f"{body.name} takes {_type_list(body.params)}; the operands are "
+                          f"{_type_list(operands)}")
+        if _types(body.outputs) != types:
+            raise IRError(f"while: body {body.name} returns {_type_list(body.outputs)} for "
+                          f"carried values {_type_list(operands)}")
+        if _types(cond.outputs) != ((dt.PRED, ()),):
+            raise IRError(f"while: condition {cond.name} must return one pred[], "
+                          f"not {_type_list(cond.outputs)}")
+        return self._add(Instr(Op.WHILE, TUPLE, (), operands,
+                               {"condition": cond.name, "body": body.name},
+                               called=(cond, body), results=types))
+
+    def conditional(self, selector: Instr, branches, operands) -> Instr:
+        """Runs one branch on ``operands``: with a pred[] selector, branches[0] when true
+        and branches[1] when false; with an i32[] selector, branches[selector], or the
+        last branch when it is out of range (TF's Case)."""
+        branches, operands = tuple(branches), tuple(operands)
+        pred = selector.dtype is dt.PRED
+        if selector.shape != () or not (pred and len(branches) == 2
+                                        or selector.dtype is dt.I32 and branches):
+            raise IRError(f"conditional: a pred[] selector needs 2 branches, an i32[] one at "
+                          f"least 1; got {selector.dtype.name}{list(selector.shape)} with "
+                          f"{len(branches)}")
+        types = _types(operands)
+        results = _types(branches[0].outputs)
+        for c in branches:
+            if _types(c.params) != types:
+                raise IRError(f"conditional: branch {c.name} takes {_type_list(c.params)}, "
+                              f"the operands are {_type_list(operands)}")
+            if _types(c.outputs) != results:
+                raise IRError(f"conditional: branch {c.name} returns {_type_list(c.outputs)}, "
+                              f"branch {branches[0].name} {_type_list(branches[0].outputs)}")
+        return self._add(Instr(Op.CONDITIONAL, TUPLE, (), (selector,) + operands,
+                               {"branch_computations": tuple(c.name for c in branches)},
+                               called=branches, results=results))
+
+    def get_tuple_element(self, t: Instr, index: int) -> Instr:
+        if not t.is_tuple or not 0 <= index < len(t.results):
+            raise IRError(f"get-tuple-element {index} of a {len(t.results)}-tuple"
+                          if t.is_tuple else "get-tuple-element of a non-tuple value")
+        dtype, shape = t.results[index]
+        return self._add(Instr(Op.GET_TUPLE_ELEMENT, dtype, shape, (t,), {"index": index}))
+
     # -- data-dependent indexing ------------------------------------------------
     def gather(self, x: Instr, indices: Instr, axis: int, batch_dims: int = 0) -> Instr:
         """TF's GatherV2: ``x.shape[:axis] + indices.shape[batch_dims:] + x.shape[axis+1:]``;
@@ -322,3 +451,11 @@ class Module:
         if x.rank == 0 or not 0 <= k <= x.shape[-1] or dtype not in INDEX_DTYPES or x.dtype is dt.PRED:
             raise IRError(f"top-k k={k} of {x.dtype.name}{list(x.shape)} is invalid")
         return self._add(Instr(Op.TOP_K, dtype, x.shape[:-1] + (k,), (x,), {"k": k}))
+
+
+def _types(values) -> tuple:
+    return tuple((v.dtype, tuple(v.shape)) for v in values)
+
+
+def _type_list(values) -> str:
+    return "(" + ", ".join(f"{v.dtype.name}{list(v.shape)}" for v in values) + ")"

@@ -7,6 +7,8 @@ treat it:
 
 * ``LEAF``        parameters, constants and iota: no operands.
 * ``ELEMENTWISE`` result[i] depends only on operands[i] (same shape throughout).
+                  Most take their result type from their operands; those in
+                  ``TYPED_RESULT`` carry it as the instruction's type.
 * ``MOVEMENT``    result[i] is some operand element (broadcast, reshape, ...):
                   an index mapping, no arithmetic.
 * ``REDUCE``      result drops the trailing ``len(dims)`` dimensions of the
@@ -15,6 +17,14 @@ treat it:
                   TF's own CPU kernels), as XLA:CPU calls Eigen for dots and
                   convolutions: operands and result are dense buffers in memory,
                   never fused into a loop.
+* ``UPDATE``      dynamic-update-slice: the result is its operand with a window
+                  overwritten; a kernel of its own that writes only the window when
+                  the result may share the operand's buffer (passes/buffers.py).
+* ``CONTROL``     control flow (while, conditional) and get-tuple-element.  A
+                  while/conditional runs other computations (``Instr.called``:
+                  cond and body, or the branches), has a tuple type, and its
+                  elements are read through get-tuple-element; operands and
+                  elements live in memory (never fused).
 * ``GATHER``      result[i] is an element of operand 0 at an index read from
                   operand 1 (a data-dependent index mapping): elemental, so it
                   fuses with producers and consumers like movement does.
@@ -35,6 +45,8 @@ class Kind(enum.Enum):
     MOVEMENT = "movement"
     REDUCE = "reduce"
     LIBRARY = "library"
+    UPDATE = "update"
+    CONTROL = "control"
     GATHER = "gather"
     SCATTER = "scatter"
     SCAN = "scan"
@@ -70,6 +82,12 @@ class Op(enum.Enum):
     IS_INF = ("is-inf", Kind.ELEMENTWISE, 1)
     IS_FINITE = ("is-finite", Kind.ELEMENTWISE, 1)
     CONVERT = ("convert", Kind.ELEMENTWISE, 1)   # TF Cast semantics (see codegen)
+    BITCAST = ("bitcast-convert", Kind.ELEMENTWISE, 1)   # same-width reinterpretation of the bits
+    # the C library's function, called per element (TF's scalar kernels call these:
+    # bit-identical to them where tfjit's vectorised mathlib is not); no DAZ on the operand
+    LOG_LIBM = ("log-libm", Kind.ELEMENTWISE, 1)
+    SIN_LIBM = ("sin-libm", Kind.ELEMENTWISE, 1)
+    COS_LIBM = ("cos-libm", Kind.ELEMENTWISE, 1)
     # binary elementwise
     ADD = ("add", Kind.ELEMENTWISE, 2)
     SUB = ("subtract", Kind.ELEMENTWISE, 2)
@@ -80,8 +98,15 @@ class Op(enum.Enum):
     MIN = ("minimum", Kind.ELEMENTWISE, 2)
     POW = ("power", Kind.ELEMENTWISE, 2)
     ATAN2 = ("atan2", Kind.ELEMENTWISE, 2)
-    AND = ("and", Kind.ELEMENTWISE, 2)
+    AND = ("and", Kind.ELEMENTWISE, 2)           # pred: logical; ints: bitwise
     OR = ("or", Kind.ELEMENTWISE, 2)
+    XOR = ("xor", Kind.ELEMENTWISE, 2)
+    # shifts (ints only) with TF's rule for the amount y: clamped to [0, bits - 1] (so
+    # x << 40 is x << 31 for 32 bits, never LLVM poison); -logical fills with zeros,
+    # -arithmetic with the sign bit, whatever the signedness of the type
+    SHL = ("shift-left", Kind.ELEMENTWISE, 2)
+    SHR_LOGICAL = ("shift-right-logical", Kind.ELEMENTWISE, 2)
+    SHR_ARITH = ("shift-right-arithmetic", Kind.ELEMENTWISE, 2)
     EQ = ("compare-eq", Kind.ELEMENTWISE, 2)
     NE = ("compare-ne", Kind.ELEMENTWISE, 2)
     LT = ("compare-lt", Kind.ELEMENTWISE, 2)
@@ -90,6 +115,11 @@ class Op(enum.Enum):
     GE = ("compare-ge", Kind.ELEMENTWISE, 2)
     # ternary elementwise
     SELECT = ("select", Kind.ELEMENTWISE, 3)
+    # TF's truncated normal sample (see lower/random.py): operands k0, k1, c0, c1, c2, c3,
+    # j (u32): the j-th value with |x| < 2 that TF's Box-Muller transform makes from the
+    # Philox4x32-10 stream with key (k0, k1) starting at counter (c0..c3); f32 or f64.
+    # Lowering makes j < 4 (f32) or < 2 (f64); a larger j loops on for about j/2 trials
+    TRUNCATED_NORMAL = ("truncated-normal", Kind.ELEMENTWISE, 7)
     # data movement (index mappings)
     BROADCAST = ("broadcast", Kind.MOVEMENT, 1)  # attrs: dims (operand dim d -> result dim dims[d])
     RESHAPE = ("reshape", Kind.MOVEMENT, 1)
@@ -108,6 +138,14 @@ class Op(enum.Enum):
     CONV_BACKPROP_FILTER = ("convolution-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> filter
     DEPTHWISE_BACKPROP_INPUT = ("depthwise-backprop-input", Kind.LIBRARY, 2)
     DEPTHWISE_BACKPROP_FILTER = ("depthwise-backprop-filter", Kind.LIBRARY, 2)
+    # run-time indices (operands after the first (two): one integer scalar per dim, clamped
+    # so the window fits, as HLO's)
+    DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
+    DYNAMIC_UPDATE_SLICE = ("dynamic-update-slice", Kind.UPDATE, -1)   # x, update, starts...
+    # control flow (attrs name the called computations)
+    WHILE = ("while", Kind.CONTROL, -1)                 # attrs: condition, body
+    CONDITIONAL = ("conditional", Kind.CONTROL, -1)     # selector, args...; attrs: branch_computations
+    GET_TUPLE_ELEMENT = ("get-tuple-element", Kind.CONTROL, 1)   # attrs: index
     # data-dependent indexing (see module.py's builders for the exact shapes)
     GATHER = ("gather", Kind.GATHER, 2)          # x, indices; attrs: axis, batch_dims
     SCATTER = ("scatter", Kind.SCATTER, 2)       # data[N,C], ids[N] -> [S,C]; attrs: kind (sum|prod)
@@ -130,6 +168,10 @@ CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
                             Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
+LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM})
+# elementwise ops whose result type is not their operands' (written as the instruction's type)
+TYPED_RESULT = frozenset({Op.CONVERT, Op.BITCAST, Op.TRUNCATED_NORMAL})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
 SCATTER_KINDS = ("sum", "prod")
 SCAN_KINDS = ("sum", "prod")
@@ -141,4 +183,5 @@ SCAN_KINDS = ("sum", "prod")
 EXPENSIVE = frozenset({
     Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
     Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.DIV, Op.REM, Op.SQRT, Op.RSQRT,
+    Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TRUNCATED_NORMAL,
 })

@@ -4,6 +4,8 @@
 rebuilt through the ``Module`` builders, so shapes, types and attributes are
 checked again; an instruction whose printed result disagrees with what its
 builder computes is an error.  Every error is an ``IRError`` naming the line.
+Called computations come first (``computation NAME { ... }``), each defined
+before any block that names it; the last block is the ``module``.
 """
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ import re
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import Instr, IRError, Module
-from tfjit.ir.ops import Kind, Op
+from tfjit.ir.module import TUPLE, Instr, IRError, Module
+from tfjit.ir.ops import TYPED_RESULT, Kind, Op
 
-_HEADER = re.compile(r"module\s+([\w.\-]+)\s*\{$")
-_INSTR = re.compile(r"%([\w.\-]+)\s*=\s*(\w+)\[([\d,\s]*)\]\s+([\w\-]+)\((.*)$")
+_HEADER = re.compile(r"(module|computation)\s+([\w.\-]+)\s*\{$")
+_INSTR = re.compile(r"%([\w.\-]+)\s*=\s*(\w+\[[\d,\s]*\]|\([\w\[\]\d,\s]*\))\s+([\w\-]+)\((.*)$")
+_TYPE = re.compile(r"(\w+)\[([\d,\s]*)\]")
 _ROOT = re.compile(r"ROOT\s*\((.*)\)$")
 _ATTR = re.compile(r",\s*(\w+)=")
 
@@ -27,13 +30,31 @@ def parse_module(text: str) -> Module:
     lines = [(n, line) for n, line in lines if line and not line.startswith("//")]
     if not lines:
         raise IRError("line 1: empty module text")
-    n, line = lines[0]
-    header = _HEADER.match(line)
-    if not header:
-        raise IRError(f"line {n}: expected 'module NAME {{', got {line!r}")
-    m = Module(header.group(1))
+    rest = iter(lines)
+    computations: dict = {}
+    last = lines[-1][0]
+    while True:
+        n, line = next(rest, (last + 1, "<end of text>"))
+        header = _HEADER.match(line)
+        if not header:
+            raise IRError(f"line {n}: expected 'module NAME {{', got {line!r}")
+        keyword, name = header.groups()
+        m = Module(name)
+        _block(m, rest, computations, n)
+        if keyword == "module":
+            break
+        if name in computations:
+            raise IRError(f"line {n}: computation {name} is defined twice")
+        computations[name] = m
+    extra = next(rest, None)
+    if extra is not None:
+        raise IRError(f"line {extra[0]}: text after the module's closing brace")
+    return m
+
+
+def _block(m: Module, rest, computations: dict, n: int) -> None:
+    """Instructions up to ``ROOT (...)`` and the closing brace, into ``m``."""
     env: dict[str, Instr] = {}
-    rest = iter(lines[1:])
     for n, line in rest:
         try:
             root = _ROOT.match(line)
@@ -42,7 +63,7 @@ def parse_module(text: str) -> Module:
                 break
             if line == "}":
                 raise IRError("missing 'ROOT (...)' line")
-            _instruction(m, env, line)
+            _instruction(m, env, line, computations)
         except (IRError, ValueError, KeyError, IndexError, TypeError, OverflowError) as e:
             raise IRError(f"line {n}: {e}") from None
     else:
@@ -50,10 +71,6 @@ def parse_module(text: str) -> Module:
     closing = next(rest, (n + 1, "<end of text>"))
     if closing[1] != "}":
         raise IRError(f"line {closing[0]}: expected '}}', got {closing[1]!r}")
-    extra = next(rest, None)
-    if extra is not None:
-        raise IRError(f"line {extra[0]}: text after the module's closing brace")
-    return m
 
 
 def _split(s: str) -> list[str]:
@@ -79,7 +96,10 @@ def _attr_value(s: str):
     if s.startswith("{"):
         if not s.endswith("}"):
             raise IRError(f"unterminated tuple attribute {s!r}")
-        return tuple(int(v) for v in _split(s[1:-1]))
+        items = _split(s[1:-1])
+        if items and all(re.fullmatch(r"[A-Za-z_][\w.\-]*", v) for v in items):
+            return tuple(items)          # names (of called computations)
+        return tuple(int(v) for v in items)
     if re.fullmatch(r"-?\d+", s):
         return int(s)
     if not re.fullmatch(r"[\w.\-]+", s):
@@ -123,19 +143,31 @@ def _literal(s: str, dtype: dt.DType, shape: tuple) -> np.ndarray:
         return np.asarray(values, dtype=dtype.numpy()).reshape(shape)
 
 
-def _instruction(m: Module, env: dict, line: str) -> None:
+def _type(text: str) -> tuple:
+    """(dtype, shape) of ``f32[2,3]``; (TUPLE, ((dtype, shape), ...)) of ``(f32[2], i32[])``."""
+    if not text.startswith("("):
+        type_name, dims = _TYPE.fullmatch(text).groups()
+        if type_name not in dt.BY_NAME:
+            raise IRError(f"unknown element type {type_name!r}")
+        return dt.from_name(type_name), tuple(int(d) for d in _split(dims))
+    inner = re.sub(r"\s", "", text[1:-1])
+    parts = _TYPE.findall(inner)
+    if inner != ",".join(f"{t}[{d}]" for t, d in parts):
+        raise IRError(f"malformed tuple type {text!r}")
+    return TUPLE, tuple(_type(f"{t}[{d}]") for t, d in parts)
+
+
+def _instruction(m: Module, env: dict, line: str, computations: dict) -> None:
     match = _INSTR.match(line)
     if not match:
         raise IRError(f"expected '%name = type[dims] op(...)', got {line!r}")
-    name, type_name, dims, spelling, tail = match.groups()
+    name, type_text, spelling, tail = match.groups()
     if name in env:
         raise IRError(f"%{name} is defined twice")
-    if type_name not in dt.BY_NAME:
-        raise IRError(f"unknown element type {type_name!r}")
+    dtype, shape = _type(type_text)
     if spelling not in {op.spelling for op in Op}:
         raise IRError(f"unknown op {spelling!r}")
-    dtype, op = dt.from_name(type_name), Op.from_spelling(spelling)
-    shape = tuple(int(d) for d in _split(dims))
+    op = Op.from_spelling(spelling)
     close = _close_paren(tail)
     args, attrs = tail[:close], _attrs(tail[close + 1:])
     if op is Op.CONSTANT:
@@ -146,16 +178,40 @@ def _instruction(m: Module, env: dict, line: str) -> None:
         instr = m.parameter(dtype, shape)
     else:
         operands = [_ref(env, t) for t in _split(args)]
-        instr = _build(m, op, dtype, shape, operands, attrs)
-    if instr.dtype is not dtype or instr.shape != shape:
-        raise IRError(f"%{name}: {spelling} yields {instr.dtype.name}{list(instr.shape)}, "
-                      f"not {dtype.name}{list(shape)} as written")
+        if op.kind is Kind.CONTROL:
+            instr = _control(m, op, operands, attrs, computations)
+        else:
+            instr = _build(m, op, dtype, shape, operands, attrs)
+    written = shape if dtype is TUPLE else (dtype, shape)
+    built = instr.results if instr.is_tuple else (instr.dtype, instr.shape)
+    if (instr.dtype is TUPLE) != (dtype is TUPLE) or built != written:
+        yields = ", ".join(f"{d.name}{list(s)}" for d, s in instr.results) \
+            if instr.is_tuple else f"{instr.dtype.name}{list(instr.shape)}"
+        raise IRError(f"%{name}: {spelling} yields {yields}, not {type_text} as written")
     for key, value in instr.attrs.items():
         if attrs.get(key) != value:
             raise IRError(f"%{name}: attribute {key}={attrs.get(key)!r} disagrees with {value!r}")
     instr.attrs = attrs
     instr.name = name
     env[name] = instr
+
+
+def _control(m: Module, op: Op, xs: list, attrs: dict, computations: dict) -> Instr:
+    def called(name):
+        if not isinstance(name, str) or name not in computations:
+            raise IRError(f"unknown computation {name!r} (define it before its caller)")
+        return computations[name]
+
+    if op is Op.WHILE:
+        return m.while_loop(called(attrs.get("condition")), called(attrs.get("body")), xs)
+    if op is Op.CONDITIONAL:
+        names = attrs.get("branch_computations")
+        if not isinstance(names, tuple) or not xs:
+            raise IRError("conditional needs a selector and branch_computations={...}")
+        return m.conditional(xs[0], [called(c) for c in names], xs[1:])
+    if len(xs) != 1 or not isinstance(attrs.get("index"), int):
+        raise IRError("get-tuple-element takes one operand and index=N")
+    return m.get_tuple_element(xs[0], attrs["index"])
 
 
 def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: dict) -> Instr:
@@ -168,7 +224,7 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
             raise IRError(f"iota dim {a('dim')!r} invalid for rank {len(shape)}")
         instr = m.iota(dtype, shape, a("dim"))
     elif op.kind is Kind.ELEMENTWISE:
-        instr = m.elementwise(op, *xs, dtype=dtype if op is Op.CONVERT else None)
+        instr = m.elementwise(op, *xs, dtype=dtype if op in TYPED_RESULT else None)
     elif op is Op.BROADCAST:
         instr = m.broadcast(xs[0], shape, a("dims", ()))
     elif op is Op.RESHAPE:
@@ -189,6 +245,10 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.convolution(xs[0], xs[1], a("strides", ()), a("dilations", ()), a("padding", ()))
     elif op.kind is Kind.LIBRARY:    # the convolution gradients
         instr = m.conv_backprop(op, xs[0], xs[1], shape, a("strides", ()), a("padding", ()))
+    elif op is Op.DYNAMIC_SLICE:
+        instr = m.dynamic_slice(xs[0], xs[1:], shape)
+    elif op is Op.DYNAMIC_UPDATE_SLICE:
+        instr = m.dynamic_update_slice(xs[0], xs[1], xs[2:])
     elif op is Op.GATHER:
         instr = m.gather(xs[0], xs[1], a("axis"), a("batch_dims", 0))
     elif op is Op.SCATTER:

@@ -9,6 +9,22 @@
 
 Constants print their values in full (row-major) so a dumped module can be
 re-run exactly.  ``parse_module`` (parse.py) reads this form back.
+
+The computations a module calls (while condition and body, conditional
+branches) print before it, callees first, as HLO's named computations; a
+while or conditional names them and has a tuple type:
+
+    computation body.1 {
+      %p0 = i32[] parameter(0)
+      ...
+      ROOT (%add.2)
+    }
+
+    module cluster_0 {
+      %while.3 = (i32[]) while(%p0), body=body.1, condition=cond.0
+      %get.4 = i32[] get-tuple-element(%while.3), index=0
+      ROOT (%get.4)
+    }
 """
 from __future__ import annotations
 
@@ -19,8 +35,14 @@ from tfjit.ir.ops import Op
 from tfjit.ir.parse import parse_module  # noqa: F401  (re-exported)
 
 
+def _type_str(dtype, shape) -> str:
+    return f"{dtype.name}[{','.join(str(d) for d in shape)}]"
+
+
 def shape_str(i: Instr) -> str:
-    return f"{i.dtype.name}[{','.join(str(d) for d in i.shape)}]"
+    if i.is_tuple:
+        return "(" + ", ".join(_type_str(d, s) for d, s in i.results) + ")"
+    return _type_str(i.dtype, i.shape)
 
 
 def _literal(value: np.ndarray) -> str:
@@ -51,9 +73,16 @@ def instr_str(i: Instr) -> str:
     return f"%{i.name} = {shape_str(i)} {i.op.spelling}({args}){attrs}"
 
 
-def module_str(m: Module) -> str:
-    lines = [f"module {m.name} {{"]
+def _block(keyword: str, m: Module) -> list:
+    lines = [f"{keyword} {m.name} {{"]
     lines += ["  " + instr_str(i) for i in m.instrs]
     lines.append("  ROOT (" + ", ".join(repr(o) for o in m.outputs) + ")")
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def module_str(m: Module) -> str:
+    lines = []
+    for c in m.computations():
+        lines += _block("computation", c) + [""]
+    return "\n".join(lines + _block("module", m)) + "\n"

@@ -4,15 +4,18 @@ Parameters come from the ``_arg_<i>`` placeholders with the concrete shapes of
 this compilation's signature; outputs are the ``_retval_<j>`` identities.
 Every node is lowered by its registered rule, in topological order; constant
 operands are folded as they are built, so later rules see compile-time values
-(Shape → Pack → Reshape chains fold to a constant shape).
+(Shape → Pack → Reshape chains fold to a constant shape).  Library functions
+that control flow calls (loop bodies, branches) are lowered the same way, into
+modules of their own (``Functions``; lower/control_flow.py).
 """
 from __future__ import annotations
 
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
+from tfjit.graph.functions import function_graph
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import STRUCTURAL
 from tfjit.ir import interp
-from tfjit.ir.module import IRError, Module
+from tfjit.ir.module import Instr, IRError, Module
 import tfjit.lower  # noqa: F401  (registers the rules)
 from tfjit.lower.registry import Unsupported, lower_node
 from tfjit.lower.variables import Variable
@@ -21,9 +24,10 @@ from tfjit.lower.variables import Variable
 class LoweringError(Exception):
     """A node could not be lowered; carries the node and op for the user."""
 
-    def __init__(self, node: str, op: str, reason: str):
+    def __init__(self, node: str, op: str, reason: str, caller: str | None = None):
         super().__init__(f"{op} ({reason}) {{{{node {node}}}}}")
         self.node, self.op, self.reason = node, op, reason
+        self.caller = caller      # inside a loop body or branch: the outermost calling node
 
 
 def _fold(instr, values):
@@ -38,39 +42,102 @@ def lower_cluster(graph: Graph, signature: list, name: str) -> Module:
     m = Module(name)
     m.folder = _fold
     params = [m.parameter(d, shp) for d, shp in signature]
-    values, outputs = {}, {}
-    for node in graph.topological():
+    args = list(params)
+    for node in graph.nodes.values():
         if node.name.startswith(ARG_PREFIX) and node.op == "Placeholder":
             k = int(node.name[len(ARG_PREFIX):])
             if node.attrs["dtype"].name == "resource":   # a variable: its value is the param
                 m.variable_params.add(k)
-                values[(node.name, 0)] = Variable(k, params[k])
+                args[k] = Variable(k, params[k])
                 continue
             declared = node.attrs["dtype"].ir
             if declared is not params[k].dtype:
                 raise LoweringError(node.name, node.op,
                                     f"input {k} is {params[k].dtype}, the cluster expects {declared}")
-            values[(node.name, 0)] = params[k]
-            continue
-        if node.name.startswith(RET_PREFIX):
-            value = values[node.inputs[0]]
-            if isinstance(value, Variable):
-                raise LoweringError(node.name, "Identity", "a resource handle is not a value "
-                                    "tfjit can return from a cluster")
-            outputs[int(node.name[len(RET_PREFIX):])] = value
-            continue
-        if node.op in STRUCTURAL:
-            continue
-        try:
-            outs = lower_node(m, node, [values[src] for src in node.inputs])
-        except (Unsupported, IRError) as e:
-            raise LoweringError(node.name, node.op, getattr(e, "reason", str(e))) from None
-        for k, v in enumerate(outs):
-            values[(node.name, k)] = v
-    m.outputs = [outputs[k] for k in range(len(outputs))]
-    for var in sorted({v for v in values.values() if isinstance(v, Variable) and v.assigned},
+    results = _lower_graph(m, graph, args, Functions(graph.functions))
+    for j, value in enumerate(results):
+        if isinstance(value, Variable):
+            raise LoweringError(f"{RET_PREFIX}{j}", "Identity", "a resource handle is not a value "
+                                "tfjit can return from a cluster")
+        if not isinstance(value, Instr):
+            raise LoweringError(f"{RET_PREFIX}{j}", "Identity", f"a {type(value).__name__} is not a "
+                                "value tfjit can return from a cluster")
+    m.outputs = list(results)
+    for var in sorted({v for v in args if isinstance(v, Variable) and v.assigned},
                       key=lambda v: v.param):
         m.outputs.append(var.value)      # written back to the variable after the run
         m.updates.append(var.param)
     m.folder = None
     return m
+
+
+def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") -> list:
+    """Lowers every node of ``graph`` (cluster-definition form) into ``m``, the
+    ``_arg_<i>`` placeholders standing for ``args[i]``; returns the ``_retval_<j>`` values."""
+    values, outputs = {}, {}
+    for node in graph.topological():
+        if node.name.startswith(ARG_PREFIX) and node.op == "Placeholder":
+            values[(node.name, 0)] = args[int(node.name[len(ARG_PREFIX):])]
+            continue
+        if node.name.startswith(RET_PREFIX):
+            outputs[int(node.name[len(RET_PREFIX):])] = values[node.inputs[0]]
+            continue
+        if node.op in STRUCTURAL:
+            continue
+        try:
+            outs = lower_node(m, node, [values[src] for src in node.inputs], functions)
+        except (Unsupported, IRError) as e:
+            raise LoweringError(node.name, node.op, getattr(e, "reason", str(e))) from None
+        for k, v in enumerate(outs):
+            values[(node.name, k)] = v
+    return [outputs[k] for k in range(len(outputs))]
+
+
+class Functions:
+    """Lowers the library functions that control flow calls (loop bodies, branches).
+
+    Control-flow rules (lower/control_flow.py) get it as ``LowerCtx.functions``.
+    Errors inside a function keep the inner node's name and op, and say which
+    function (and which caller node) they were found in."""
+
+    def __init__(self, library: dict):
+        self.library = library
+        self._graphs: dict = {}
+        self._names: set = set()
+
+    def computation_name(self, base: str) -> str:
+        """A name for a new computation, unique within this cluster's module."""
+        base = "".join(c if c.isalnum() or c in "_.-" else "_" for c in base)
+        base = base if base[:1].isalpha() else "c_" + base      # never read as a number
+        name, n = base, 1
+        while name in self._names:
+            name, n = f"{base}.{n}", n + 1
+        self._names.add(name)
+        return name
+
+    def num_args(self, fname: str) -> int:
+        return len(self._function(fname).signature.input_arg)
+
+    def _function(self, fname: str):
+        if fname not in self.library:
+            raise Unsupported(f"function {fname} is not in the graph's library")
+        return self.library[fname]
+
+    def lower(self, m: Module, fname: str, args: list, caller) -> list:
+        """Lowers function ``fname`` into ``m`` with ``args`` as its inputs (IR values,
+        variables, TensorLists); returns its outputs.  ``caller``: the calling node."""
+        if len(args) != self.num_args(fname):
+            raise Unsupported(f"{fname} takes {self.num_args(fname)} inputs, {caller.op} passes "
+                              f"{len(args)}")
+        graph = self._graphs.get(fname)
+        if graph is None:
+            graph = self._graphs[fname] = function_graph(self._function(fname), self.library)
+        folder, source = m.folder, m.source
+        m.folder = _fold
+        try:
+            return _lower_graph(m, graph, args, self)
+        except LoweringError as e:
+            where = f"in {fname} (called by {caller.op} {caller.name})"
+            raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name) from None
+        finally:
+            m.folder, m.source = folder, source

@@ -4,8 +4,9 @@ A rule receives a ``LowerCtx`` (the module being built, the typed node, its
 input instructions) and returns the IR instruction(s) for the node's outputs.
 Cross-cutting work lives in the decorator, not in rule bodies:
 
-* dtype checks (``dtypes=``): a node whose ``T`` is not listed is refused with
-  a reason before lowering, so marking and lowering agree;
+* dtype checks (``dtypes=``): a node whose ``T`` (or the attr named by
+  ``type_attr=``, e.g. the ``dtype`` of ops that make values) is not listed is
+  refused with a reason before lowering, so marking and lowering agree;
 * half precision (``half_in_f32=True``): f16/bf16 inputs are converted to f32,
   the rule computes in f32, and float results are converted back.
 
@@ -42,6 +43,7 @@ class LowerCtx:
     m: Module
     node: Node
     inputs: list
+    functions: object = None     # lowers library functions (graph_to_ir.Functions), for control flow
 
     def attr(self, name: str, default=None):
         return self.node.attrs.get(name, default)
@@ -69,22 +71,50 @@ class Rule:
     dtypes: tuple
     half_in_f32: bool
     tf_passes: int = 1
+    opaque_types: frozenset = frozenset()
+    type_attr: str = "T"
 
 
 RULES: dict[str, Rule] = {}
+VARIANT_RULES: dict[str, Rule] = {}   # the op on TF variant values (TensorLists): T=variant
 
 
-def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1):
+def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
+             opaque_types=(), type_attr: str = "T"):
     """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
     (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
-    that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone."""
+    that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone.
+    ``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
+    list although tfjit computes no tensors of them (control flow carries TensorLists and
+    variables as the values they stand for).  ``type_attr``: the attribute holding the
+    value type the ``dtypes`` check applies to (ops that make values name it ``dtype``)."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
-            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes)
+            RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes, frozenset(opaque_types),
+                             type_attr)
         return fn
     return deco
+
+
+def register_variant(*ops: str):
+    """The rule of ops like ZerosLike or AddN when their ``T`` is variant: the values are
+    TensorLists (lower/tensor_list.py), not tensors, so the tensor rule does not apply."""
+    def deco(fn):
+        for op in ops:
+            if op in VARIANT_RULES:
+                raise ValueError(f"duplicate variant lowering for {op}")
+            VARIANT_RULES[op] = Rule(fn, (), False, 1, frozenset({"variant"}))
+        return fn
+    return deco
+
+
+def _rule(node: Node) -> Rule | None:
+    t = node.attrs.get("T")
+    if isinstance(t, TFType) and t.name == "variant" and node.op in VARIANT_RULES:
+        return VARIANT_RULES[node.op]
+    return RULES.get(node.op)
 
 
 def multi_pass_ops() -> dict:
@@ -94,22 +124,22 @@ def multi_pass_ops() -> dict:
 
 def refusal(node: Node) -> str | None:
     """Why ``node`` has no lowering (None when it has one for its dtypes)."""
-    rule = RULES.get(node.op)
+    rule = _rule(node)
     if rule is None:
         return f"no tfjit lowering for '{node.op}'"
     for key, value in node.attrs.items():
         values = value if isinstance(value, tuple) else (value,)
         for v in values:
-            if isinstance(v, TFType) and v.ir is None:
+            if isinstance(v, TFType) and v.ir is None and v.name not in rule.opaque_types:
                 return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
-    t = node.attrs.get("T")
-    if isinstance(t, TFType) and t.ir not in rule.dtypes:
+    t = node.attrs.get(rule.type_attr)
+    if isinstance(t, TFType) and t.ir not in rule.dtypes and t.name not in rule.opaque_types:
         return f"{node.op} has no tfjit lowering for dtype {t.name}"
     return None
 
 
-def lower_node(m: Module, node: Node, inputs: list) -> list:
-    rule = RULES.get(node.op)
+def lower_node(m: Module, node: Node, inputs: list, functions=None) -> list:
+    rule = _rule(node)
     reason = refusal(node)
     if reason:
         raise Unsupported(reason)
@@ -118,7 +148,7 @@ def lower_node(m: Module, node: Node, inputs: list) -> list:
     if rule.half_in_f32:
         half = next((x.dtype for x in inputs if x.dtype in (dt.F16, dt.BF16)), None)
         inputs = [m.convert(x, dt.F32) if x.dtype in (dt.F16, dt.BF16) else x for x in inputs]
-    out = rule.fn(LowerCtx(m, node, list(inputs)))
+    out = rule.fn(LowerCtx(m, node, list(inputs), functions))
     outs = list(out) if isinstance(out, (list, tuple)) else [out]
     if half is not None:
         outs = [m.convert(o, half) if o.dtype is dt.F32 else o for o in outs]

@@ -14,6 +14,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr
+from tfjit.ir.ops import Op
 from tfjit.lower import registry
 from tfjit.lower.registry import LowerCtx, Unsupported, broadcast_to, register, scalar_like
 
@@ -45,7 +46,8 @@ def _const(ctx: LowerCtx):
     return ctx.m.constant(ctx.attr("value"), ctx.attr("dtype").ir)
 
 
-@register("Identity", "StopGradient", "Snapshot", "PreventGradient", dtypes=registry.ALL)
+@register("Identity", "StopGradient", "Snapshot", "PreventGradient", dtypes=registry.ALL,
+          opaque_types=("variant",))      # a TensorList (lower/tensor_list.py) passes through
 def _identity(ctx: LowerCtx):
     return ctx.inputs[0]
 
@@ -242,11 +244,44 @@ def strided_slice_spec(shape: tuple, begin, end, strides, begin_mask: int, end_m
 @register("StridedSlice", dtypes=registry.ALL)
 def _strided_slice(ctx: LowerCtx):
     x = ctx.inputs[0]
+    if ctx.inputs[1].op is not Op.CONSTANT and ctx.inputs[3].op is Op.CONSTANT:
+        return _indexed_slice(ctx)
     ints = [ctx.const_ints(i, f"StridedSlice's {what}") for i, what in ((1, "begin"), (2, "end"), (3, "strides"))]
     masks = [int(ctx.attr(k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
                                            "shrink_axis_mask")]
     starts, sizes, steps, final_shape = strided_slice_spec(x.shape, *ints, *masks)
     return ctx.m.reshape(ctx.m.slice(x, starts, sizes, steps), final_shape)
+
+
+def _indexed_slice(ctx: LowerCtx):
+    """``x[i]``, ``x[i, :, j]``: StridedSlice with run-time indices, as loops read a step.
+
+    Each index given is either a run-time index of a dim that is dropped (shrink
+    axis, stride 1) or a full ``:`` (both masks set, stride 1); the window then has
+    a static shape, and becomes a dynamic-slice.  A negative index counts from the
+    end, as in TF; an index out of range is clamped (TF raises an error)."""
+    x, begin = ctx.inputs[0], ctx.inputs[1]
+    strides = ctx.const_ints(3, "StridedSlice's strides")
+    masks = {k: int(ctx.attr(k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask",
+                                              "new_axis_mask", "shrink_axis_mask")}
+    if masks["ellipsis_mask"] or masks["new_axis_mask"] or len(strides) > x.rank:
+        raise Unsupported("StridedSlice with run-time bounds: only indices and full ':' dims")
+    m, starts, sizes, keep = ctx.m, [], [], []
+    for d, n in enumerate(x.shape):
+        bit = 1 << d
+        if d < len(strides) and masks["shrink_axis_mask"] & bit and strides[d] == 1:
+            i = m.reshape(m.slice(begin, [d], [1]), ())
+            starts.append(m.elementwise(Op.SELECT, m.elementwise(Op.LT, i, m.scalar(0, i.dtype)),
+                                        m.elementwise(Op.ADD, i, m.scalar(n, i.dtype)), i))
+            sizes.append(1)
+        elif d >= len(strides) or (masks["begin_mask"] & masks["end_mask"] & bit and strides[d] == 1):
+            starts.append(m.scalar(0, begin.dtype))
+            sizes.append(n)
+            keep.append(n)
+        else:
+            raise Unsupported(f"StridedSlice's begin (input 1) must be a compile-time constant "
+                              f"(dim {d} is neither an index nor ':')")
+    return m.reshape(m.dynamic_slice(x, starts, sizes), keep)
 
 
 def _join(ctx: LowerCtx, xs: list, axis: int) -> Instr:

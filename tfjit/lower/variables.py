@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
@@ -92,6 +94,12 @@ def _arith(op):
         _assign(v, ctx.m.elementwise(op, v.value, _value_like(ctx, v, ctx.inputs[1])))
         return []
     return rule
+
+
+@register("VariableShape", dtypes=(dt.I32, dt.I64))
+def _variable_shape(ctx):
+    """The shape of the variable's value: static in every compilation."""
+    return ctx.m.constant(np.asarray(_var(ctx).value.shape, np.int64), ctx.attr("out_type").ir)
 
 
 register("AssignAddVariableOp")(_arith(Op.ADD))

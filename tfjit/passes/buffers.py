@@ -5,15 +5,60 @@ The launch op hands each kernel one pointer array, laid out as
 pass decides the slot of every parameter and kernel root, the scratch space of
 split reductions and of top-k kernels (their heaps), and which outputs are plain copies of inputs (returned by the
 launch op without running any code).
+
+``slots[i]`` lists the slots of value ``i``: the first is where it is read, every
+slot of a kernel root is written by its kernel, and the later slots of a
+get-tuple-element are filled by copies when its while/conditional finishes.
+
+Control flow shares the one pointer array (kernels load their pointers from it at
+every call, so a driver may re-point a slot between calls):
+
+* A called computation's parameters read their operands' slots directly (branch
+  arguments, loop-invariant values: no copy, no slot of their own).
+* A loop-carried value that the body changes is either updated **in place** (one
+  state buffer that the body's kernel both reads and writes, when that is safe:
+  see ``_carried_in_place``), or **double-buffered**: the body reads one buffer through
+  a pointer slot and writes the other through a second pointer slot, and the
+  driver swaps the two pointers after each iteration (no copy per iteration).
+  The initial value is copied into the state, unless it is a temp that only the
+  loop reads: then that temp becomes the state ("donated").
+* A conditional's branches write their results straight into its result slots
+  (the caller's output buffer when the result is an output); a branch that
+  returns one of its arguments unchanged copies it there.
+* A dynamic-update-slice writes only its window when its result shares its
+  operand's buffer (the operand is a temp read by nothing else, or a loop state
+  updated in place); otherwise its kernel copies the operand first.
+
+Pointer slots are temps of 0 bytes: the driver sets them before any kernel reads them.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from tfjit.ir.module import Module
+from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
-from tfjit.passes import fusion
+from tfjit.passes import fusion as fusion_mod
 from tfjit.passes.fusion import topk_merges
+
+
+@dataclasses.dataclass
+class LoopPlan:
+    """What a while's driver does besides running its condition and body."""
+    pointers: list           # [(slot, from_slot)]: bufs[slot] = bufs[from_slot], before the loop
+    init: list               # [(dst, src, nbytes)]: copies before the loop
+    pred_slot: int           # where the condition's pred[] is read
+    copies: list             # [(dst, src, nbytes)] after each body run (before the swaps)
+    swaps: list              # [(slot, slot)] whose pointers are exchanged after each body run
+    finals: list             # [(dst, src, nbytes)] after the loop
+    modes: list              # per carried value: "invariant" | "in place" | "double-buffered"
+
+
+@dataclasses.dataclass
+class BranchPlan:
+    """What a conditional's driver does besides running the taken branch."""
+    selector_slot: int
+    copies: list             # per branch: [(dst, src, nbytes)] after it ran
+    finals: list             # [(dst, src, nbytes)] after either branch
 
 
 @dataclasses.dataclass
@@ -24,6 +69,7 @@ class BufferPlan:
     temp_bytes: list               # per temp slot, in order after the outputs
     scratch: dict                  # fusion -> slot of its partial results (or top-k heaps)
     output_source: list            # per output: input index it aliases, or -1
+    control: dict = dataclasses.field(default_factory=dict)   # while/conditional fusion -> plan
     update_in_place: list = dataclasses.field(default_factory=list)   # per variable update
 
     @property
@@ -37,6 +83,10 @@ class BufferPlan:
         return self.status_slot + 1
 
 
+def nbytes(i: Instr) -> int:
+    return i.size * i.dtype.itemsize
+
+
 def assign(m: Module, fusions: list) -> BufferPlan:
     n_in, n_out = len(m.params), len(m.outputs)
     slots = {p: [p.index] for p in m.params}
@@ -46,28 +96,193 @@ def assign(m: Module, fusions: list) -> BufferPlan:
             output_source[k] = o.index
         else:
             slots.setdefault(o, []).append(n_in + k)
-    temp_bytes, scratch = [], {}
-
-    def new_temp(nbytes: int) -> int:
-        temp_bytes.append(max(int(nbytes), 1))
-        return n_in + n_out + len(temp_bytes) - 1
-
-    for f in fusions:
-        for r in f.roots:
-            if r not in slots:
-                slots[r] = [new_temp(r.size * r.dtype.itemsize)]
-        if f.split > 1:
-            r = f.roots[0]
-            scratch[f] = new_temp(r.size * f.split * max(r.dtype.itemsize, 1) * len(f.roots))
-        if f.kind == "sort" and f.rows:
-            scratch[f] = new_temp(f.rows * topk_row_bytes(f.roots[0]))
-    plan = BufferPlan(n_in, n_out, slots, temp_bytes, scratch, output_source)
-    plan.update_in_place = [_in_place(m, fusions, k, m.outputs[n_out - len(m.updates) + u])
+    plan = BufferPlan(n_in, n_out, slots, [], {}, output_source)
+    _Assigner(plan).place(m, fusions)
+    plan.update_in_place = [_variable_in_place(m, fusions, k, m.outputs[n_out - len(m.updates) + u])
                             for u, k in enumerate(m.updates)]
     return plan
 
 
-def _in_place(m: Module, fusions: list, param: int, value) -> bool:
+class _Assigner:
+    def __init__(self, plan: BufferPlan):
+        self.plan = plan
+        self.slots = plan.slots
+
+    def temp(self, size: int) -> int:
+        p = self.plan
+        p.temp_bytes.append(max(int(size), 1))
+        return p.num_inputs + p.num_outputs + len(p.temp_bytes) - 1
+
+    def pointer(self) -> int:
+        """A slot that a driver points at some buffer before use (nothing allocated)."""
+        p = self.plan
+        p.temp_bytes.append(0)
+        return p.num_inputs + p.num_outputs + len(p.temp_bytes) - 1
+
+    def is_temp(self, slot: int) -> bool:
+        p = self.plan
+        return slot >= p.num_inputs + p.num_outputs and p.temp_bytes[slot - p.num_inputs - p.num_outputs] > 0
+
+    def donatable(self, x: Instr, user: Instr, m: Module, users: dict) -> bool:
+        """May ``user`` take over ``x``'s buffer (x is a temp that nothing else reads)?"""
+        return (not fusion_mod.in_memory(x) and x not in m.outputs and users[x] == [user]
+                and user.operands.count(x) == 1 and len(self.slots.get(x, ())) == 1
+                and self.is_temp(self.slots[x][0]))
+
+    def place(self, m: Module, fusions: list) -> None:
+        users = m.users()
+        for f in fusions:       # an updated output: its operand's kernel writes the output buffer
+            if f.kind == "update":
+                dus = f.roots[0]
+                x = dus.operands[0]
+                if dus in self.slots and x not in self.slots and not fusion_mod.in_memory(x) \
+                        and x not in m.outputs and users[x] == [dus] and dus.operands.count(x) == 1:
+                    self.slots[x] = [self.slots[dus][0]]
+        for f in fusions:
+            if f.kind == "while":
+                self.place_while(f, m, users)
+            elif f.kind == "conditional":
+                self.place_conditional(f)
+            else:
+                if f.kind == "update":
+                    dus = f.roots[0]
+                    x = dus.operands[0]
+                    if dus not in self.slots and self.donatable(x, dus, m, users):
+                        self.slots[dus] = [self.slots[x][0]]
+                        f.notes.append(f"{dus!r} updates {x!r}'s buffer in place")
+                for r in f.roots:
+                    if r not in self.slots:
+                        self.slots[r] = [self.temp(nbytes(r))]
+                if f.split > 1:
+                    r = f.roots[0]
+                    self.plan.scratch[f] = self.temp(r.size * f.split * max(r.dtype.itemsize, 1)
+                                                     * len(f.roots))
+                if f.kind == "sort" and f.rows:
+                    self.plan.scratch[f] = self.temp(f.rows * topk_row_bytes(f.roots[0]))
+
+    # -- while ----------------------------------------------------------------------
+    def place_while(self, f, m: Module, users: dict) -> None:
+        w = f.instrs[0]
+        cond, body = w.called
+        cond_fusions, body_fusions = f.called
+        elements = {g.attrs["index"]: g for g in f.roots}
+        lp = LoopPlan([], [], -1, [], [], [], [])
+        passed_on = []           # (dst, carried index) copied after each body run
+        for k, x in enumerate(w.operands):
+            p, cp, out = body.params[k], cond.params[k], body.outputs[k]
+            src = self.slots[x][0]
+            if out is p:
+                lp.modes.append("invariant")
+                state = src
+            else:
+                donated = self.donatable(x, w, m, users)
+                first = src if donated else self.temp(nbytes(x))
+                if not donated:
+                    lp.init.append((first, src, nbytes(x)))
+                why = _carried_in_place(k, body, body_fusions)
+                if why is None:
+                    lp.modes.append("in place")
+                    state = first
+                    self.slots.setdefault(out, []).append(state)
+                else:
+                    lp.modes.append("double-buffered")
+                    state, nxt = self.pointer(), self.pointer()
+                    lp.pointers += [(state, first), (nxt, self.temp(nbytes(x)))]
+                    lp.swaps.append((state, nxt))
+                    if out in body.params:       # the body passes another carried value on
+                        passed_on.append((nxt, body.params.index(out), nbytes(x)))
+                    else:
+                        self.slots.setdefault(out, []).append(nxt)
+                    f.notes.append(f"carried value {k} of {w!r} is double-buffered: {why}")
+            self.slots[p] = [state]
+            self.slots[cp] = [state]
+            if k in elements:
+                self.slots.setdefault(elements[k], []).insert(0, state)
+        lp.copies = [(d, self.slots[body.params[j]][0], n) for d, j, n in passed_on]
+        pred = cond.outputs[0]
+        self.place(cond, cond_fusions)
+        if pred not in self.slots:        # cannot be: an output is a param or a kernel root
+            raise AssertionError(f"condition {cond.name} has no buffer for its result")
+        lp.pred_slot = self.slots[pred][0]
+        self.place(body, body_fusions)
+        lp.finals = [(d, self.slots[g][0], nbytes(g)) for g in f.roots for d in self.slots[g][1:]]
+        f.notes.append(f"{w!r} carries " + ", ".join(f"{k}: {mode}" for k, mode in enumerate(lp.modes)))
+        self.plan.control[f] = lp
+
+    # -- conditional --------------------------------------------------------------------
+    def place_conditional(self, f) -> None:
+        c = f.instrs[0]
+        selector, args = c.operands[0], c.operands[1:]
+        elements = {g.attrs["index"]: g for g in f.roots}
+        results = []
+        for r, (dtype, shape) in enumerate(c.results):
+            g = elements.get(r)
+            if g is not None and self.slots.get(g):
+                results.append(self.slots[g][0])      # e.g. an output buffer: written directly
+            else:
+                size = dtype.itemsize
+                for d in shape:
+                    size *= d
+                results.append(self.temp(size))
+                if g is not None:
+                    self.slots[g] = [results[-1]]
+        bp = BranchPlan(self.slots[selector][0], [], [])
+        for branch, fusions in zip(c.called, f.called):
+            for p, x in zip(branch.params, args):
+                self.slots[p] = [self.slots[x][0]]
+            copies = []
+            for r, out in enumerate(branch.outputs):
+                if out.op is Op.PARAMETER:
+                    copies.append((results[r], self.slots[out][0], nbytes(out)))
+                else:
+                    self.slots.setdefault(out, []).append(results[r])
+            self.place(branch, fusions)
+            bp.copies.append(copies)
+        bp.finals = [(d, self.slots[g][0], nbytes(g)) for g in f.roots for d in self.slots[g][1:]]
+        self.plan.control[f] = bp
+
+
+def _carried_in_place(k: int, body: Module, fusions: list) -> str | None:
+    """None when loop-carried value k can live in one buffer that the body updates in
+    place, else why not.
+
+    Safe when the kernel W that writes the next value is the last to read the
+    current one, and reads it only where it writes it (an elementwise kernel at the
+    same index) or not at all (a dynamic-update-slice of it, which writes only its
+    window): then no read ever sees a value of the next iteration.
+    """
+    p, out = body.params[k], body.outputs[k]
+    if fusion_mod.in_memory(out):
+        return f"its next value {out!r} is computed by a nested control op"
+    if body.outputs.count(out) != 1:
+        return f"{out!r} is the next value of several carried values"
+    if p in body.outputs:
+        return f"the body also returns it as another carried value"
+    writer = next(n for n, f in enumerate(fusions) if out in f.roots)
+    w = fusions[writer]
+    for n, f in enumerate(fusions):
+        if p not in fusion_mod.reads(f):
+            continue
+        if f.kind in fusion_mod.CONTROL:
+            return f"{f.name} (a {f.kind}) reads it"
+        if n > writer:
+            return f"{f.name} reads it after {w.name} wrote its next value"
+    if p not in fusion_mod.reads(w):
+        return None
+    if w.kind == "update":
+        dus = w.roots[0]
+        others = [i for i in w.instrs if i is not dus and p in i.operands]
+        if dus.operands[0] is p and p not in dus.operands[1:] and not others:
+            return None
+        return f"{w.name} reads it besides updating it"
+    if w.kind == "loop" and len(w.roots) == 1 and p.shape == out.shape:
+        idx = tuple(f"d{d}" for d in range(out.rank))
+        if fusion_mod.symbolic_reads(w).get(p) == {idx}:
+            return None
+    return f"{w.name} reads it at other indices than it writes"
+
+
+def _variable_in_place(m: Module, fusions: list, param: int, value) -> bool:
     """May the new value of variable ``param`` be written over its old value?
 
     Yes when the old value is dead once the kernel writing the new one has
@@ -84,7 +299,7 @@ def _in_place(m: Module, fusions: list, param: int, value) -> bool:
         return False
     position = fusions.index(writer)
     for n, f in enumerate(fusions):
-        if p in fusion.reads(f) and (n > position or (f is writer and not f.flat)):
+        if p in fusion_mod.reads(f) and (n > position or (f is writer and not f.flat)):
             return False
     return True
 

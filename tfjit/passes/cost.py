@@ -34,6 +34,7 @@ from tfjit.passes import fusion as fusion_mod
 TRANSCENDENTAL = frozenset({
     Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
     Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.SQRT, Op.RSQRT,
+    Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TRUNCATED_NORMAL,
 })
 
 

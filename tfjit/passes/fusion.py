@@ -19,6 +19,15 @@ The kernel kinds:
               root of its own -- cheap values included, which are otherwise never
               materialised -- seen through reshapes, which the call reads in place
               (``aliases``: a row-major reshape does not move data).
+* ``update``  one dynamic-update-slice: reads its operand and update from memory
+              (dense buffers, as a library call's), computes its start indices
+              in the kernel, and writes the window -- in place when buffer
+              assignment lets the result share the operand's buffer.
+* ``while``, ``conditional``  control flow: one while/conditional instruction whose
+              operands are dense buffers; its roots are the get-tuple-elements
+              that read its results (buffers too).  ``called`` holds the kernels
+              of each called computation (condition and body, or the branches),
+              fused by the same policy; codegen/control.py runs them.
 * ``scatter`` one IR ``scatter`` (segment sum): rows are (segment range, column
               block) pairs; each row zeroes its part of the result, then walks all
               ids in input order, so every sum adds in TF's order.
@@ -68,11 +77,12 @@ class Fusion:
     split: int = 1                  # reduce kernel: chunks per output element (2 phases when > 1)
     column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
     aliases: dict = dataclasses.field(default_factory=dict)   # library: reshape -> its operand
+    called: list = dataclasses.field(default_factory=list)    # while/conditional: [[Fusion]] per computation
 
 
     @property
     def rows(self) -> int:
-        if self.kind == "library":
+        if self.kind in SINGLE_ROW:
             return 1
         if self.kind in OWN_KERNEL.values():
             return own_kernel_rows(self)
@@ -87,6 +97,14 @@ class Fusion:
         return f"Fusion({self.name}, {self.kind}, roots={self.roots})"
 
 
+CONTROL = ("while", "conditional")
+SINGLE_ROW = ("library", "update") + CONTROL    # kernels run as one row (one call)
+
+
+def in_memory(i: Instr) -> bool:
+    """Values that are buffers without a kernel of their own: parameters and the
+    elements of while/conditional results."""
+    return i.op in (Op.PARAMETER, Op.GET_TUPLE_ELEMENT)
 # Instruction kinds that root a kernel of their own (with their operands fused in).
 OWN_KERNEL = {Kind.SCATTER: "scatter", Kind.SCAN: "scan", Kind.SORT: "sort"}
 _OWN_KERNEL_WHY = {
@@ -143,8 +161,8 @@ def is_cheap(i: Instr) -> bool:
     """Recomputed wherever used rather than written to memory."""
     if i.op in (Op.CONSTANT, Op.IOTA):
         return True
-    if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT):
-        return all(o.op is Op.PARAMETER or is_cheap(o) for o in i.operands)
+    if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT, Op.DYNAMIC_SLICE):
+        return all(in_memory(o) or is_cheap(o) for o in i.operands)
     return False
 
 
@@ -164,10 +182,13 @@ class _Builder:
         self.fusions: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
-        kind = {Kind.REDUCE: "reduce", Kind.LIBRARY: "library", **OWN_KERNEL}.get(root.op.kind, "loop")
+        kind = {Kind.REDUCE: "reduce", Kind.LIBRARY: "library", Kind.UPDATE: "update",
+                **OWN_KERNEL}.get(root.op.kind, "loop")
         if kind == "reduce":
             operand = root.operands[0]
             shape, outer = operand.shape, root.rank
+        elif kind == "update":       # iterates over the window; its starts are scalars
+            shape, outer = root.operands[1].shape, 0
         else:
             shape, outer = root.shape, max(root.rank - 1, 0)
         f = Fusion(f"fusion.{len(self.fusions)}", kind, [root], [root], shape, outer)
@@ -192,6 +213,18 @@ class _Builder:
                     mapped = operand_index(i, k, idx)
                 self.sym.setdefault(o, set()).add(mapped if mapped is not None else "opaque")
 
+    def control(self, i: Instr) -> Fusion:
+        """A while/conditional: its own step, owning the get-tuple-elements of its result."""
+        elements = [u for u in self.users[i] if u.op is Op.GET_TUPLE_ELEMENT]
+        kind = "while" if i.op is Op.WHILE else "conditional"
+        f = Fusion(f"fusion.{len(self.fusions)}", kind, elements, [i] + elements, (), 0)
+        f.called = [fuse(c, loop_body=i.op is Op.WHILE and n == 1) for n, c in enumerate(i.called)]
+        f.notes.append(f"{i!r} is a {kind}: its computations run as kernels of their own")
+        self.fusions.append(f)
+        for x in f.instrs:
+            self.owner[x] = f
+        return f
+
     def join(self, i: Instr, f: Fusion) -> None:
         self.owner[i] = f
         f.instrs.append(i)
@@ -214,15 +247,26 @@ def library_source(f: Fusion, x: Instr) -> Instr:
     return x
 
 
-def fuse(m: Module) -> list:
-    """Partitions the module's non-cheap instructions into kernels, in execution order."""
+def fuse(m: Module, loop_body: bool = False) -> list:
+    """Partitions the module's non-cheap instructions into kernels, in execution order.
+
+    ``loop_body``: ``m`` is a while body (output k is the next value of parameter k);
+    kernels that write a next value are scheduled after the kernels that read the
+    current one where dependencies allow, so the value can be updated in place
+    (passes/buffers.py)."""
     b = _Builder(m)
     outputs = set(m.outputs)
     for i in reversed(m.instrs):
-        if i.op is Op.PARAMETER:
+        if in_memory(i):           # an output among them is copied by its producer (buffers.py)
+            continue
+        if i.op in (Op.WHILE, Op.CONDITIONAL):
+            b.control(i)
             continue
         if i.op.kind is Kind.LIBRARY:
             b.start(i, "a runtime-library call")
+            continue
+        if i.op.kind is Kind.UPDATE:
+            b.start(i, "a dynamic-update-slice writes its window in memory")
             continue
         if i.op.kind in OWN_KERNEL:
             b.start(i, _OWN_KERNEL_WHY[i.op.kind])
@@ -237,6 +281,11 @@ def fuse(m: Module) -> list:
             continue
         if library:
             b.start(i, "it is an operand of a runtime-library call (read from memory)")
+            continue
+        dense = [u for u in b.users[i] if u in b.owner and (
+            b.owner[u].kind in CONTROL or b.owner[u].kind == "update" and i in u.operands[:2])]
+        if dense:
+            b.start(i, f"it is an operand of {dense[0]!r} (read from memory)")
             continue
         if is_cheap(i) and i not in outputs:
             continue
@@ -262,13 +311,29 @@ def fuse(m: Module) -> list:
     fusions = _merge_siblings(b)
     for f in fusions:
         _choose_iteration(f)
-    return _schedule(fusions, b.order)
+    late = set()
+    if loop_body:
+        for f in fusions:
+            nexts = [m.params[k] for k, o in enumerate(m.outputs) if o in f.roots]
+            if any(p in reads(g) for p in nexts for g in fusions if g is not f):
+                late.add(f)
+    return _schedule(fusions, b.order, late)
+
+
+def walk(fusions: list):
+    """Every kernel of ``fusions``, those of called computations included."""
+    for f in fusions:
+        yield f
+        for called in f.called:
+            yield from walk(called)
 
 
 def reads(f: Fusion) -> set:
     """Instructions outside f whose memory f reads (params or other kernels' roots)."""
     if f.kind == "library":
         return {library_source(f, o) for o in f.roots[0].operands}
+    if f.kind in CONTROL:
+        return set(f.instrs[0].operands)
     inside = set(f.instrs)
     out, stack, seen = set(), list(f.instrs), set()
     while stack:
@@ -328,8 +393,15 @@ def _merge_siblings(b: _Builder) -> list:
 
 
 def _flat_ok(f: Fusion) -> bool:
-    """True when every value f evaluates is read at the root's own index."""
-    inside, stack, seen = set(f.instrs), list(f.instrs), set()
+    """True when every value f evaluates per element is read at the root's own index.
+
+    The walk follows elementwise edges from the roots; what lies behind a broadcast
+    of a scalar is read at () whatever the flat index (an RNG key, a seed's Philox
+    block), and a rank-1 iota is the flat index itself.  Hoisted reductions need the
+    row loop."""
+    if f.hoisted:
+        return False
+    inside, stack, seen = set(f.instrs), list(f.roots), set()
     while stack:
         i = stack.pop()
         if i in seen:
@@ -337,7 +409,7 @@ def _flat_ok(f: Fusion) -> bool:
         seen.add(i)
         if i.op in (Op.PARAMETER, Op.CONSTANT) or (i not in inside and not is_cheap(i)):
             continue
-        if i.op is Op.BROADCAST and i.operands[0].rank == 0:
+        if (i.op is Op.BROADCAST and i.operands[0].rank == 0) or (i.op is Op.IOTA and i.rank == 1):
             continue
         if i.op.kind is not Kind.ELEMENTWISE:
             return False
@@ -408,7 +480,8 @@ def _choose_iteration(f: Fusion) -> None:
                            f"{f.split} chunks per output, combined in a second phase")
 
 
-def _schedule(fusions: list, order: dict) -> list:
+def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:
+    """Producers first; otherwise in program order, ``late`` kernels after the others."""
     owner = {r: f for f in fusions for r in f.roots}
     done, out = set(), []
 
@@ -421,6 +494,6 @@ def _schedule(fusions: list, order: dict) -> list:
                 visit(owner[r])
         out.append(f)
 
-    for f in sorted(fusions, key=lambda f: min(order[r] for r in f.roots)):
+    for f in sorted(fusions, key=lambda f: (f in late, min(order[r] for r in f.roots or f.instrs))):
         visit(f)
     return out

@@ -2,7 +2,8 @@
 
 Constant folding happens while lowering (``Module.folder``), because lowering
 needs folded values (a Reshape's shape computed from Shape/Pack ops).  Each
-pass here is ``run(module) -> bool`` (changed or not).
+pass here is ``run(module) -> bool`` (changed or not) and simplifies the module
+and every computation it calls (loop bodies, branches) alike.
 """
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ class CSE:
     name = "cse"
 
     def run(self, m: Module) -> bool:
+        return any([self._run(c) for c in m.computations() + [m]])
+
+    def _run(self, m: Module) -> bool:
         seen, replace = {}, {}
         for i in m.instrs:
             i.operands = tuple(replace.get(o, o) for o in i.operands)
@@ -36,6 +40,9 @@ class DCE:
     name = "dce"
 
     def run(self, m: Module) -> bool:
-        before = len(m.instrs)
-        m.renumber()
-        return len(m.instrs) != before
+        changed = False
+        for c in m.computations() + [m]:
+            before = len(c.instrs)
+            c.renumber()
+            changed |= len(c.instrs) != before
+        return changed

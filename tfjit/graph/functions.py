@@ -1,0 +1,93 @@
+"""Library functions (FunctionDefs) that functional control flow calls.
+
+A ``While`` names its condition and body, an ``If``/``Case`` its branches; the
+functions live in the graph's library (``graph_def.library``).  A cluster keeps
+every function its nodes reach (``referenced``), so its definition stays
+self-contained and its key (a hash of the definition) covers the bodies too.
+
+``function_graph`` turns a FunctionDef into the same form as a cluster
+definition (graph/cluster.py): ``_arg_<i>`` placeholders for its inputs, the body
+with GraphDef-style inputs (``node:index``), and ``_retval_<j>`` identities for
+its outputs; the lowering then treats a body exactly like a cluster.
+"""
+from __future__ import annotations
+
+from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
+from tfjit.graph.graphdef import Graph
+
+FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
+
+
+def called_names(node_def) -> list:
+    """Names of the functions a NodeDef calls through its func / list(func) attributes."""
+    out = []
+    for key in sorted(node_def.attr):
+        value = node_def.attr[key]
+        which = value.WhichOneof("value")
+        if which == "func":
+            out.append(value.func.name)
+        elif which == "list":
+            out.extend(f.name for f in value.list.func)
+    return out
+
+
+def referenced(node_defs, library: dict) -> list:
+    """Every library function that ``node_defs`` reach, directly or through other
+    functions (also as an op type: a call of the function by name), sorted."""
+    seen, stack = set(), []
+    for nd in node_defs:
+        stack += called_names(nd) + ([nd.op] if nd.op in library else [])
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in library:
+            continue
+        seen.add(name)
+        for nd in library[name].node_def:
+            stack += called_names(nd) + ([nd.op] if nd.op in library else [])
+    return sorted(seen)
+
+
+def _output_names(node_def, library: dict) -> list:
+    """FunctionDef references ("out:0", ...) of a node's outputs, in output order."""
+    if node_def.op in library:
+        return [f"{a.name}:0" for a in library[node_def.op].signature.output_arg]
+    from tensorflow.python.framework import op_def_registry
+
+    from tfjit.graph.fallback import _output_arg_names
+    op_def = op_def_registry.get(node_def.op)
+    if op_def is None:
+        raise ValueError(f"unknown op {node_def.op} (node {node_def.name})")
+    return _output_arg_names(node_def, op_def)
+
+
+def function_graph(fdef, library: dict) -> Graph:
+    """``fdef`` in cluster-definition form (see the module docstring)."""
+    from tensorflow.core.framework import attr_value_pb2, graph_pb2
+    gd = graph_pb2.GraphDef()
+    flat = {}                    # FunctionDef tensor reference -> GraphDef tensor name
+    for k, arg in enumerate(fdef.signature.input_arg):
+        ph = gd.node.add(name=f"{ARG_PREFIX}{k}", op="Placeholder")
+        ph.attr["dtype"].CopyFrom(attr_value_pb2.AttrValue(type=arg.type))
+        flat[arg.name] = ph.name
+    for nd in fdef.node_def:
+        for k, ref in enumerate(_output_names(nd, library)):
+            flat[f"{nd.name}:{ref}"] = nd.name if k == 0 else f"{nd.name}:{k}"
+
+    def tensor(ref: str) -> str:
+        if ref.startswith("^"):
+            return "^" + flat.get(ref[1:], ref[1:])
+        if ref in flat:
+            return flat[ref]
+        if ref.count(":") == 1 and ref + ":0" in flat:      # "node:out" means "node:out:0"
+            return flat[ref + ":0"]
+        raise ValueError(f"function {fdef.signature.name}: unknown tensor {ref!r}")
+
+    for nd in fdef.node_def:
+        new = gd.node.add()
+        new.CopyFrom(nd)
+        new.input[:] = [tensor(i) for i in nd.input]
+    for j, arg in enumerate(fdef.signature.output_arg):
+        ret = gd.node.add(name=f"{RET_PREFIX}{j}", op="Identity")
+        ret.input.append(tensor(fdef.ret[arg.name]))
+        ret.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=arg.type))
+    return Graph(gd)
