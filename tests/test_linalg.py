@@ -132,6 +132,24 @@ CASES += [
     Case("Depthwise-grads-multiplier", _grads(_depthwise(2, "SAME")), ((1, 7, 7, 3), (3, 3, 3, 2)),
          scale=10),
     Case("Depthwise-5x5", _depthwise(1, "SAME"), ((1, 8, 8, 4), (5, 5, 4, 1))),
+    # the gradients' library calls: 1x1 filters, deep and shallow inputs (TF's default and
+    # oneDNN kernels), odd sizes under stride 2, padding wider than the window
+    Case("Conv2D-grads-1x1", _grads(_conv(1, "VALID")), ((2, 5, 6, 8), (1, 1, 8, 3)), scale=10),
+    Case("Conv2D-grads-deep", _grads(_conv(1, "SAME")), ((2, 6, 5, 9), (3, 3, 9, 6)), scale=20),
+    Case("Conv2D-grads-odd-stride2", _grads(_conv(2, "SAME")), ((1, 10, 7, 2), (3, 3, 2, 3)),
+         ("f32", "f64", "f16"), scale=10),
+    Case("Conv2D-grads-wide-padding", _grads(lambda x, w: R.Conv2D(
+        input=x, filter=w, strides=[1, 1, 2, 1], padding="EXPLICIT",
+        explicit_paddings=[0, 0, 3, 0, 1, 4, 0, 0])), ((1, 5, 6, 2), (2, 2, 2, 3)), scale=10),
+    Case("Depthwise-grads-explicit", _grads(lambda x, w: R.DepthwiseConv2dNative(
+        input=x, filter=w, strides=[1, 2, 2, 1], padding="EXPLICIT",
+        explicit_paddings=[0, 0, 1, 2, 0, 3, 0, 0])), ((2, 7, 6, 3), (3, 2, 3, 2)), scale=10),
+    Case("Depthwise-grads-odd-stride2", _grads(_depthwise(2, "VALID")), ((2, 9, 8, 5), (3, 3, 5, 1)),
+         ("f32", "f64", "f16"), scale=10),
+    Case("MatMul-grads-transposed", _grads(lambda a, b: tf.matmul(a, b, transpose_a=True,
+                                                                     transpose_b=True)),
+         ((6, 5), (4, 6)), scale=10),
+    Case("BatchMatMul-grads-broadcast", _grads(tf.matmul), ((3, 4, 5), (5, 2)), scale=10),
 ]
 
 
@@ -220,6 +238,136 @@ def test_interpreter_and_text_format_agree_with_compiled_code(rng):
     got = host.run_compiled(compiled, [x.numpy(), w.numpy()])[0]
     assert_matches(got, want, rtol=1e-5, atol=1e-5)
     assert_matches(f(x, w).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["Conv2D-grads-SAME-s2-d1", "Conv2D-grads-explicit",
+                                  "Conv2D-grads-wide-padding", "Depthwise-grads-multiplier",
+                                  "Depthwise-grads-explicit", "BatchMatMul-grads-broadcast"])
+def test_host_runner_runs_the_eigen_code(case):
+    # Without a launch op (the host runner, AOT objects) the runtime library has no
+    # OpKernelContext and runs its own Eigen code: the same results as TF's kernels.
+    from tfjit.ir import interp, text
+    from tfjit.runtime import host
+    (c,) = [c for c in CASES if c.id == case]
+    rng = np.random.default_rng(7)
+    xs = [_array(rng, shape, "f32") for shape in c.shapes]
+    compiled = tfjit.function(c.fn).compiled(*xs)
+    assert any(f.kind == "library" for f in compiled.fusions)
+    inputs = [x.numpy() for x in xs]
+    got = host.run_compiled(compiled, inputs)
+    want = [w.numpy() for w in tf.nest.flatten(tf.function(c.fn)(*xs))]
+    reference = interp.evaluate(text.parse_module(compiled.module_after), inputs)
+    for k, (g, w, r) in enumerate(zip(got, want, reference)):
+        assert_matches(g, w, rtol=1e-4 * c.scale, atol=1e-4 * c.scale, what=f"{case} output {k}")
+        assert_matches(r, w, rtol=1e-4 * c.scale, atol=1e-4 * c.scale, what=f"{case} interp {k}")
+
+
+def test_gradients_are_library_calls_that_name_their_kernel(rng):
+    x = tf.constant(rng.standard_normal((2, 8, 8, 3), dtype=np.float32))
+    w = tf.constant(rng.standard_normal((3, 3, 3, 4), dtype=np.float32))
+    d = tf.constant(rng.standard_normal((3, 3, 3, 1), dtype=np.float32))
+    f = _grads(lambda x, w, d: _depthwise(1, "SAME")(_conv(2, "SAME")(x, w)[..., :3], d), 3)
+    fusions = tfjit.function(f).compiled(x, w, d).fusions
+    calls = {fu.roots[0].op.spelling: fu.notes[-1] for fu in fusions if fu.kind == "library"}
+    assert set(calls) == {"convolution", "convolution-backprop-input", "convolution-backprop-filter",
+                          "depthwise-backprop-input", "depthwise-backprop-filter"}, calls
+    assert calls["convolution"].startswith("runs TF's oneDNN Conv2D kernel: input depth 3")
+    assert calls["depthwise-backprop-filter"].startswith(
+        "runs TF's default DepthwiseConv2dNativeBackpropFilter kernel")
+
+
+def test_tf_kernel_errors_surface_naming_the_node(rng):
+    # A depthwise gradient with unequal strides passes the IR builder (the Eigen code
+    # computes it) but TF's CPU kernel refuses it, so the lowering never emits one; run
+    # directly, the kernel's status becomes the launch's error, with node and cluster.
+    from tfjit import pipeline
+    from tfjit.api.service import SERVICE
+    from tfjit.ir import interp, text
+    from tfjit.runtime import host, launch
+    m = text.parse_module(
+        "module bad {\n  %p0 = f64[3,3,2,1] parameter(0)\n  %p1 = f64[1,3,4,2] parameter(1)\n"
+        "  %d = f64[1,7,6,2] depthwise-backprop-input(%p0, %p1), padding={0,0,0,0}, strides={2,1}\n"
+        "  ROOT (%d)\n}\n")
+    m.outputs[0].source = "model/depthwise/grad"
+    compiled = pipeline.compile_module(m, "bad")
+    w, g = rng.standard_normal((3, 3, 2, 1)), rng.standard_normal((1, 3, 4, 2))
+    launch.set_compile_callback(lambda *args, **kwargs: compiled.executable)
+    try:
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"TensorFlow's DepthwiseConv2dNativeBackpropInput kernel failed "
+                                 r"\{\{node model/depthwise/grad\}\}: .*strides.* \(in tfjit cluster "
+                                 r"tfjit_test_bad_kernel\)"):
+            launch.launch([w, g], cluster="tfjit_test_bad_kernel", Tout=[tf.float64],
+                          output_shapes=[[1, 7, 6, 2]])
+    finally:
+        launch.set_compile_callback(SERVICE.on_miss if SERVICE.installed else None)
+    want = interp.evaluate(m, [w, g])[0]            # the Eigen code has no such limit
+    assert_matches(host.run_compiled(compiled, [w, g])[0], want, rtol=1e-10, atol=1e-10)
+
+
+def test_threads_run_one_compiled_function_together(rng):
+    # TF's kernels are shared by every launch (one per op and attributes); Compute runs
+    # concurrently, as in TF's own executor.
+    import threading
+    x = tf.constant(rng.standard_normal((4, 12, 12, 3), dtype=np.float32))
+    w = tf.constant(rng.standard_normal((3, 3, 3, 8), dtype=np.float32))
+    m = tf.constant(rng.standard_normal((8, 16), dtype=np.float32))
+
+    def model(x, w, m):
+        return tf.matmul(tf.reduce_mean(tf.nn.relu(_conv(1, "SAME")(x, w)), [1, 2]), m)
+    step = _grads(model, 3)
+    f = tfjit.function(step)
+    want = [t.numpy() for t in tf.function(step)(x, w, m)]
+    f(x, w, m)
+    errors, results = [], []
+
+    def worker():
+        try:
+            for _ in range(5):
+                results.append([t.numpy() for t in f(x, w, m)])
+        except Exception as e:    # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 20
+    for got in results:
+        for k, (g, e) in enumerate(zip(got, want)):
+            assert_matches(g, e, rtol=1e-3, atol=1e-3, what=f"thread output {k}")
+
+
+def test_onednn_mode_of_tensorflow(tmp_path):
+    # With TF_ENABLE_ONEDNN_OPTS=1 TF's graph rewrites MatMul/Conv2D to its oneDNN ops;
+    # the kernels tfjit creates by op name must be unaffected.
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "onednn.py"
+    script.write_text(
+        "import numpy as np, tensorflow as tf, tfjit\n"
+        "from tensorflow.python.util import _pywrap_util_port\n"
+        "assert _pywrap_util_port.IsMklEnabled()\n"
+        "rng = np.random.default_rng(0)\n"
+        "x = tf.constant(rng.standard_normal((2, 9, 9, 3), dtype=np.float32))\n"
+        "w = tf.constant(rng.standard_normal((3, 3, 3, 4), dtype=np.float32))\n"
+        "m = tf.constant(rng.standard_normal((4, 5), dtype=np.float64))\n"
+        "def f(x, w, m):\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        tape.watch([x, w])\n"
+        "        y = tf.nn.conv2d(x, w, 2, 'SAME')\n"
+        "        loss = tf.reduce_sum(tf.matmul(tf.reshape(tf.cast(y, tf.float64), [-1, 4]), m))\n"
+        "    return tape.gradient(loss, [x, w])\n"
+        "for g, e in zip(tfjit.function(f)(x, w, m), tf.function(f)(x, w, m)):\n"
+        "    np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-4, atol=1e-4)\n"
+        "print('ok')\n")
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("line,message", [

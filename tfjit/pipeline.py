@@ -84,7 +84,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
     llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages, parallel=True)
     kinds = {f.kind for f in fusion.walk(fusions)}
-    if "library" in kinds:   # dot/conv call the op library's Eigen code
+    if "library" in kinds:   # dot/conv call the op library (TF's kernels)
         llvm_cpu.define_symbols(launch.symbol_addresses(library.runtime_symbols()))
     if kinds & set(fusion.CONTROL):   # loop drivers shard big steps through the op library
         llvm_cpu.define_symbols(launch.symbol_addresses([control.PARALLEL_FOR]))

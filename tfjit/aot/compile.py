@@ -85,10 +85,10 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
         p.run(m)
     fusions = fusion.fuse(m)
     library = [f.roots[0] for f in fusion.walk(fusions) if f.kind == "library"]
-    if library:   # they call the op library's Eigen code, which an AOT object does not ship
+    if library:   # they call the op library (runtime/tf_kernels.cc), which an AOT object does not ship
         i = library[0]
         raise AotError(f"cannot compile {i.op.spelling} {{{{node {i.source}}}}}: tfjit-aot does "
-                       "not link the runtime library (dot, convolution) yet")
+                       "not link the runtime library (dot, convolution and its gradients) yet")
     plan = buffers.assign(m, fusions)
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
     llmod, steps = llvm_cpu.emit_module(prefix, fusions, plan, messages)

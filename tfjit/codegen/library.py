@@ -1,9 +1,13 @@
-"""Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution).
+"""Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution and
+the convolution gradients).
 
 A library kernel has the launch op's kernel ABI, ``void k(void** bufs, i64 begin,
 i64 end)``, and runs as a single row: it loads its operands' and result's
-buffers from ``bufs`` and calls the runtime library (runtime/linalg.cc), which
-parallelises over TF's intra-op pool itself (the pool is ``bufs[device_slot]``).
+buffers from ``bufs`` and calls the runtime library (runtime/tf_kernels.cc), which
+runs TF's own kernel on TF's intra-op pool under the launch op, or its Eigen code
+inline where there is none (``bufs[device_slot]``: the runtime context, or null).
+A call that returns nonzero (TF's kernel failed; its status is in the runtime
+context) sets the kernel's status code, whose message names the TF node.
 The fusion pass guarantees every operand is a dense buffer (a parameter or
 another kernel's root, possibly seen through reshapes, which do not move data).
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
 from tfjit.ir.ops import Op
 from tfjit.passes.cost import library_flops
@@ -18,10 +23,14 @@ from tfjit.passes.fusion import library_source
 
 _SUFFIX = {"f32": "f32", "f64": "f64"}
 
-# name -> argument types after (device, out, a, b); all but the flags are i64.
+# name -> argument types after (runtime, kernel, out, a, b); all but the flags are i64.
 SIGNATURES = {
     "dot": [I64] * 6 + [I32, I32],
     "conv2d": [I64] * 17,
+    "conv2d_backprop_input": [I64] * 15,
+    "conv2d_backprop_filter": [I64] * 15,
+    "depthwise_backprop_input": [I64] * 15,
+    "depthwise_backprop_filter": [I64] * 15,
 }
 
 
@@ -30,7 +39,7 @@ def symbol(kind: str, dtype) -> str:
 
 
 def runtime_symbols() -> list[str]:
-    """Every runtime-library function a kernel may call (runtime/linalg.cc exports them)."""
+    """Every runtime-library function a kernel may call (runtime/tf_kernels.cc exports them)."""
     return [f"tfjit_rt_{k}_{s}" for k in SIGNATURES for s in _SUFFIX.values()]
 
 
@@ -57,17 +66,93 @@ def _conv_args(i) -> list:
     return [i64(v) for v in values]
 
 
-_CALLS = {Op.DOT: ("dot", _dot_args), Op.CONV: ("conv2d", _conv_args)}
+def _backprop_args(i) -> list:
+    a, grad = i.operands
+    of_input = i.op in (Op.CONV_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_INPUT)
+    (n, h, wd, c), (kh, kw, _, k) = (i.shape, a.shape) if of_input else (a.shape, i.shape)
+    _, ho, wo, _ = grad.shape
+    return [i64(v) for v in (n, h, wd, c, kh, kw, k, ho, wo, *i.attrs["strides"], *i.attrs["padding"])]
 
 
-def emit(module: ir.Module, fusion, plan, name: str) -> list:
-    """Emits the kernel of one library fusion; returns [(symbol, rows=1, cost)]."""
+# op -> (runtime function, its arguments, the TF kernel it runs under the launch op)
+_CALLS = {
+    Op.DOT: ("dot", _dot_args, lambda i: "BatchMatMulV2" if i.rank == 3 and i.shape[0] > 1 else "MatMul"),
+    Op.CONV: ("conv2d", _conv_args, lambda i: "Conv2D"),
+    Op.CONV_BACKPROP_INPUT: ("conv2d_backprop_input", _backprop_args, lambda i: "Conv2DBackpropInput"),
+    Op.CONV_BACKPROP_FILTER: ("conv2d_backprop_filter", _backprop_args, lambda i: "Conv2DBackpropFilter"),
+    Op.DEPTHWISE_BACKPROP_INPUT: ("depthwise_backprop_input", _backprop_args,
+                                  lambda i: "DepthwiseConv2dNativeBackpropInput"),
+    Op.DEPTHWISE_BACKPROP_FILTER: ("depthwise_backprop_filter", _backprop_args,
+                                   lambda i: "DepthwiseConv2dNativeBackpropFilter"),
+}
+
+
+# Which of TF's kernels a call runs under the launch op (runtime/tf_kernels.cc's Family):
+# the op's default CPU kernel (Eigen, with TF's oneDNN contraction kernel inside; what
+# graph mode runs with oneDNN off) or its oneDNN kernel (_MklMatMul, _MklNative*; what
+# TF_ENABLE_ONEDNN_OPTS=1 runs).  Both are TF's; results agree within float tolerance.
+DEFAULT, ONEDNN = 0, 1
+ONEDNN_MAX_CONV_DEPTH = 4    # shallower inputs run oneDNN's convolution (see tf_kernel)
+ONEDNN_MIN_DEPTHWISE_PIXELS = 100   # smaller images' stride-1 depthwise dx runs Eigen's
+
+
+def tf_kernel(i) -> tuple[int, str]:
+    """(kernel family, why) for library instruction ``i``: the faster kernel as measured
+    per op on the MLP's, the Keras CNN's and MobileNetV2's shapes (tfjit with each
+    family, calls interleaved in random order, medians, 2 shared AVX2 cores)."""
+    if i.dtype is not dt.F32:
+        return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
+    if i.op is not Op.DOT and _pads_beyond_window(i):
+        return DEFAULT, "oneDNN refuses padding wider than the filter window"
+    if i.op is Op.DOT:
+        return ONEDNN, "oneDNN's matmul was 1.0-3x faster on every shape measured"
+    if i.op in (Op.CONV, Op.CONV_BACKPROP_FILTER):
+        depth = i.operands[0].shape[3]
+        if depth <= ONEDNN_MAX_CONV_DEPTH:
+            return ONEDNN, (f"input depth {depth} <= {ONEDNN_MAX_CONV_DEPTH}: Eigen's im2col "
+                            "contraction is too shallow (oneDNN 1.3-2.6x faster)")
+        return DEFAULT, (f"input depth {depth} > {ONEDNN_MAX_CONV_DEPTH}: Eigen's kernel was as "
+                         "fast or up to 1.7x faster (1x1 filters 1.1-1.4x)")
+    if i.op is Op.CONV_BACKPROP_INPUT:
+        depth = i.shape[3]
+        if depth <= ONEDNN_MAX_CONV_DEPTH:
+            return DEFAULT, (f"input depth {depth} <= {ONEDNN_MAX_CONV_DEPTH}: Eigen's kernel was "
+                             "up to 2x faster")
+        if i.attrs["strides"] == (1, 1):
+            return ONEDNN, "stride 1: oneDNN 1.4-3x faster on 3x3 filters, 0.7-2x on 1x1"
+        return DEFAULT, "strided: Eigen's kernel was 1.1-1.4x faster"
+    if i.op is Op.DEPTHWISE_BACKPROP_INPUT:
+        n, h, w, _ = i.shape
+        if i.attrs["strides"] == (1, 1) and h * w < ONEDNN_MIN_DEPTHWISE_PIXELS:
+            return DEFAULT, f"stride 1 over a {h}x{w} image: Eigen's kernel was 1.2-1.5x faster"
+        return ONEDNN, "oneDNN 1.4-3x faster (1.7x on strided images from 7x7 up)"
+    return DEFAULT, "Eigen's depthwise filter gradient was as fast or up to 2x faster"
+
+
+def _pads_beyond_window(i) -> bool:
+    kh, kw = (i.shape if i.op in (Op.CONV_BACKPROP_FILTER, Op.DEPTHWISE_BACKPROP_FILTER)
+              else i.operands[1].shape if i.op is Op.CONV else i.operands[0].shape)[:2]
+    rows, cols = i.attrs.get("dilations", (1, 1))
+    top, bottom, left, right = i.attrs["padding"]
+    return max(top, bottom) > (kh - 1) * rows or max(left, right) > (kw - 1) * cols
+
+
+def failure_message(i) -> str:
+    """The status message of library call ``i`` when TF's kernel fails (the launch op
+    appends TF's own message)."""
+    node = f" {{{{node {i.source}}}}}" if i.source else ""
+    return f"TensorFlow's {_CALLS[i.op][2](i)} kernel failed{node}"
+
+
+def emit(module: ir.Module, fusion, plan, name: str, messages: list) -> list:
+    """Emits the kernel of one library fusion; returns [(symbol, rows=1, cost)].
+    ``messages`` receives the call's failure message (status code k is messages[k-1])."""
     (root,) = fusion.roots
-    kind, make_args = _CALLS[root.op]
+    kind, make_args, _ = _CALLS[root.op]
     callee_name = symbol(kind, root.dtype)
     callee = module.globals.get(callee_name)
     if callee is None:
-        callee = ir.Function(module, ir.FunctionType(VOID, [PTR] * 4 + SIGNATURES[kind]),
+        callee = ir.Function(module, ir.FunctionType(I32, [PTR, I32] + [PTR] * 3 + SIGNATURES[kind]),
                              name=callee_name)
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64, I64]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -79,7 +164,17 @@ def emit(module: ir.Module, fusion, plan, name: str) -> list:
     slots = plan.slots[root]
     out = slot(slots[0])
     operands = [slot(plan.slots[library_source(fusion, o)][0]) for o in root.operands]
-    b.call(callee, [slot(plan.device_slot), out, *operands, *make_args(root)])
+    family, why = tf_kernel(root)
+    fusion.notes.append(f"runs TF's {'oneDNN' if family == ONEDNN else 'default'} "
+                        f"{_CALLS[root.op][2](root)} kernel: {why}")
+    rc = b.call(callee, [slot(plan.device_slot), ir.Constant(I32, family), out, *operands,
+                         *make_args(root)])
+    text = failure_message(root)
+    if text not in messages:
+        messages.append(text)
+    with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
+        b.store(ir.Constant(I32, messages.index(text) + 1), slot(plan.status_slot))
+        b.ret_void()
     nbytes = i64(root.size * root.dtype.itemsize)
     for other in slots[1:]:       # the same value is several outputs: copy it
         b.call(_memcpy(module), [slot(other), out, nbytes, ir.Constant(ir.IntType(1), 0)])

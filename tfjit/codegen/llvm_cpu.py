@@ -87,7 +87,7 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     for n, f in enumerate(fusions):
         kname = f"{prefix}.k{n}"
         if f.kind == "library":
-            steps += library.emit(module, f, plan, kname)
+            steps += library.emit(module, f, plan, kname, messages)
         elif f.kind in ("while", "conditional"):
             emit = control.emit_while if f.kind == "while" else control.emit_conditional
             steps += emit(module, f, plan, kname,

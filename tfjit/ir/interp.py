@@ -35,7 +35,7 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module
 from tfjit.ir import interp_rng
-from tfjit.ir.ops import Op
+from tfjit.ir.ops import CONV_BACKPROPS, Op
 
 
 class IntegerDivisionByZero(ValueError):
@@ -353,6 +353,37 @@ def _conv(x, w, strides, dilations, padding):
     return out
 
 
+def _conv_backprop(instr, a, g):
+    """The convolution gradients (``Op.CONV_BACKPROPS``): for each filter tap, the
+    strided window of the padded input it meets, as in ``_conv``."""
+    op, (sh, sw), (top, bottom, left, right) = instr.op, instr.attrs["strides"], instr.attrs["padding"]
+    of_input = op in (Op.CONV_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_INPUT)
+    depthwise = op in (Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER)
+    (n, h, wd, c), (kh, kw, _, k) = (instr.shape, a.shape) if of_input else (a.shape, instr.shape)
+    _, ho, wo, _ = g.shape
+    if depthwise:
+        g = g.reshape(n, ho, wo, c, k)
+    padded = (n, h + top + bottom, wd + left + right, c)
+    if of_input:
+        dxp = np.zeros(padded, g.dtype)
+    else:
+        xp = np.zeros(padded, a.dtype)
+        xp[:, top:top + h, left:left + wd] = a
+        dw = np.zeros(instr.shape, a.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            window = (slice(None), slice(i, i + (ho - 1) * sh + 1, sh), slice(j, j + (wo - 1) * sw + 1, sw))
+            if of_input and depthwise:
+                dxp[window] += (g * a[i, j]).sum(-1, dtype=g.dtype)
+            elif of_input:
+                dxp[window] += np.tensordot(g, a[i, j], axes=([3], [1])).astype(g.dtype)
+            elif depthwise:
+                dw[i, j] = (xp[window][..., None] * g).sum((0, 1, 2), dtype=g.dtype)
+            else:
+                dw[i, j] = np.tensordot(xp[window], g, axes=([0, 1, 2], [0, 1, 2])).astype(g.dtype)
+    return dxp[:, top:top + h, left:left + wd] if of_input else dw
+
+
 # -- run-time indices and control flow ---------------------------------------
 
 def _clamped_starts(x: np.ndarray, starts, sizes) -> tuple:
@@ -520,6 +551,7 @@ _EVAL = {
     Op.TOP_K: _top_k,
     Op.CONV: _fpu_instr(lambda instr, x, w: _conv(x, w, instr.attrs["strides"],
                                                   instr.attrs["dilations"], instr.attrs["padding"])),
+    **{op: _fpu_instr(_conv_backprop) for op in CONV_BACKPROPS},
 }
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
 _EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice

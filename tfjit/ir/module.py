@@ -21,12 +21,12 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import (COMPARISONS, LIBM, SHIFTS, TYPED_RESULT, Kind, Op, REDUCE_KINDS,
-                          SCAN_KINDS, SCATTER_KINDS)
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, TYPED_RESULT, Kind, Op,
+                          REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
 FOLD_MAX_ELEMENTS = 1 << 12   # constant-fold results up to this size while building
-LIBRARY_DTYPES = (dt.F32, dt.F64)   # what the runtime library computes in (runtime/linalg.cc)
+LIBRARY_DTYPES = (dt.F32, dt.F64)   # what the runtime library computes in (runtime/tf_kernels.cc)
 INDEX_DTYPES = (dt.I32, dt.I64)     # element types of gather indices, scatter ids, top-k results
 
 
@@ -302,6 +302,33 @@ class Module:
             out.append((size - window) // strides[d] + 1)
         attrs = {"strides": strides, "dilations": dilations, "padding": padding}
         return self._add(Instr(Op.CONV, x.dtype, (x.shape[0], *out, w.shape[3]), (x, w), attrs))
+
+    def conv_backprop(self, op: Op, a: Instr, grad: Instr, shape, strides, padding) -> Instr:
+        """A gradient of the undilated convolution (``Op.CONV_BACKPROP_*``: filter HWIO)
+        or depthwise convolution (``Op.DEPTHWISE_BACKPROP_*``: filter [kh, kw, C,
+        multiplier]) of x NHWC with explicit ``padding`` (top, bottom, left, right),
+        whose output gradient is ``grad``.  ``*_INPUT``: ``a`` is the filter and the
+        result is dx of ``shape`` (x's); ``*_FILTER``: ``a`` is x and the result is the
+        filter's gradient of ``shape``."""
+        strides, padding, shape = tuple(strides), tuple(padding), tuple(shape)
+        of_input = op in (Op.CONV_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_INPUT)
+        x_shape, w_shape = (shape, a.shape) if of_input else (a.shape, shape)
+        bad = op not in CONV_BACKPROPS or a.dtype is not grad.dtype \
+            or a.dtype not in LIBRARY_DTYPES or a.rank != 4 or grad.rank != 4 or len(shape) != 4 \
+            or len(strides) != 2 or len(padding) != 4 or min(strides) < 1 or min(padding) < 0
+        if not bad:
+            depthwise = op in (Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER)
+            depth = w_shape[2] * w_shape[3] if depthwise else w_shape[3]
+            bad = x_shape[3] != w_shape[2] or grad.shape[0] != x_shape[0] or grad.shape[3] != depth
+        if not bad:
+            for d in range(2):
+                size = x_shape[1 + d] + padding[2 * d] + padding[2 * d + 1]
+                bad = bad or size < w_shape[d] or grad.shape[1 + d] != (size - w_shape[d]) // strides[d] + 1
+        if bad:
+            raise IRError(f"{op.spelling} of {a.dtype.name}{list(a.shape)} and "
+                          f"{grad.dtype.name}{list(grad.shape)} to {list(shape)} (strides "
+                          f"{list(strides)}, padding {list(padding)}) is invalid")
+        return self._add(Instr(op, a.dtype, shape, (a, grad), {"strides": strides, "padding": padding}))
 
     def argreduce(self, x: Instr, kind: str, dtype: dt.DType) -> Instr:
         """Index of the first max/min along the last dimension (NaN never wins, as TF)."""

@@ -13,9 +13,10 @@ treat it:
                   an index mapping, no arithmetic.
 * ``REDUCE``      result drops the trailing ``len(dims)`` dimensions of the
                   operand; lowering puts the reduced dimensions last.
-* ``LIBRARY``     computed by a call into the runtime library (runtime/linalg.cc),
-                  as XLA:CPU calls Eigen for dots and convolutions: operands and
-                  result are dense buffers in memory, never fused into a loop.
+* ``LIBRARY``     computed by a call into the runtime library (runtime/tf_kernels.cc:
+                  TF's own CPU kernels), as XLA:CPU calls Eigen for dots and
+                  convolutions: operands and result are dense buffers in memory,
+                  never fused into a loop.
 * ``UPDATE``      dynamic-update-slice: the result is its operand with a window
                   overwritten; a kernel of its own that writes only the window when
                   the result may share the operand's buffer (passes/buffers.py).
@@ -132,6 +133,11 @@ class Op(enum.Enum):
     # runtime-library calls
     DOT = ("dot", Kind.LIBRARY, 2)               # [B,]M,K x [B,]K,N; attrs: transpose_lhs/rhs
     CONV = ("convolution", Kind.LIBRARY, 2)      # NHWC x HWIO; attrs: strides, dilations, padding
+    # gradients of an undilated convolution (attrs: strides, padding; see module.conv_backprop)
+    CONV_BACKPROP_INPUT = ("convolution-backprop-input", Kind.LIBRARY, 2)   # filter, grad -> x
+    CONV_BACKPROP_FILTER = ("convolution-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> filter
+    DEPTHWISE_BACKPROP_INPUT = ("depthwise-backprop-input", Kind.LIBRARY, 2)
+    DEPTHWISE_BACKPROP_FILTER = ("depthwise-backprop-filter", Kind.LIBRARY, 2)
     # run-time indices (operands after the first (two): one integer scalar per dim, clamped
     # so the window fits, as HLO's)
     DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
@@ -157,6 +163,9 @@ class Op(enum.Enum):
 
 
 _BY_SPELLING = {op.spelling: op for op in Op}
+
+CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
+                            Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})

@@ -1,8 +1,8 @@
 """Lowerings of TF's matrix products: MatMul, BatchMatMul(V2/V3), Einsum.
 
-Each becomes one IR ``dot`` (a runtime-library call, runtime/linalg.cc) on
-operands arranged as ``[batch, rows, contraction]`` / ``[batch, contraction,
-cols]``; the rearranging transposes and reshapes are ordinary IR movement that
+Each becomes one IR ``dot`` (a runtime-library call that runs TF's MatMul or
+BatchMatMulV2 kernel) on operands arranged as ``[batch, rows, contraction]`` /
+``[batch, contraction, cols]``; the rearranging transposes and reshapes are ordinary IR movement that
 fusion folds into the producers' kernels (or, for a reshape, reads in place).
 Transposed operands (``transpose_a``, ``adj_x``) are passed as flags, not moved.
 Half-precision operands compute in f32, as TF's CPU kernels accumulate in f32.

@@ -78,7 +78,8 @@ class BufferPlan:
 
     @property
     def device_slot(self) -> int:
-        """The launch's thread pool, for runtime-library calls (null: run inline)."""
+        """The launch's runtime context, for runtime-library calls (runtime/runtime.h;
+        null: they run their own Eigen code inline)."""
         return self.status_slot + 1
 
 

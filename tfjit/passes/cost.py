@@ -88,12 +88,20 @@ def instr_cost(i) -> tuple:
 
 
 def library_flops(i) -> int:
-    """A dot or convolution: two flops per multiply-add, as XLA counts them."""
+    """A dot or convolution: two flops per multiply-add, as XLA counts them; a
+    convolution's gradient makes as many as the convolution itself."""
     if i.op is Op.DOT:
         lhs = i.operands[0]
         return 2 * i.size * (lhs.shape[-2] if i.attrs["transpose_lhs"] else lhs.shape[-1])
-    kh, kw, c, _ = i.operands[1].shape
-    return 2 * i.size * kh * kw * c
+    if i.op is Op.CONV:
+        kh, kw, c, _ = i.operands[1].shape
+        return 2 * i.size * kh * kw * c
+    grad = i.operands[1]
+    kh, kw, c, _ = i.operands[0].shape if i.op in (Op.CONV_BACKPROP_INPUT,
+                                                   Op.DEPTHWISE_BACKPROP_INPUT) else i.shape
+    per_output = kh * kw if i.op in (Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER) \
+        else kh * kw * c
+    return 2 * grad.size * per_output
 
 
 def _nbytes(i) -> int:

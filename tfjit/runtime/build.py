@@ -66,10 +66,11 @@ def _tf_flags() -> tuple[str, list[str], list[str]]:
     return tf.__version__, list(tf.sysconfig.get_compile_flags()), list(tf.sysconfig.get_link_flags())
 
 
-# Extra flags per source file.  The runtime library (linalg.cc: Eigen's matmul and
-# convolution) is tuned for this machine's CPU -- the library is built where it runs,
-# and the CPU is part of the cache key -- with its template instances kept private,
-# so they never bind to TensorFlow's own (differently compiled) copies.
+# Extra flags per source file.  The runtime library's own Eigen code (linalg.cc: the
+# matmul and convolutions run where there is no TF kernel to call) is tuned for this
+# machine's CPU -- the library is built where it runs, and the CPU is part of the cache
+# key -- with its template instances kept private, so they never bind to TensorFlow's
+# own (differently compiled) copies.
 _FILE_FLAGS = {"linalg.cc": ["-O3", "-march=native", "-fvisibility=hidden",
                              "-fvisibility-inlines-hidden", "-w"]}
 

@@ -2,7 +2,8 @@
 
 A host-side twin of the TfjitLaunch kernel (launch_op.cc) for tools and tests:
 same buffer ABI (``[inputs..., outputs..., temps..., status, device]``; no
-device, so runtime-library calls run on this thread), same step order, but
+device, so runtime-library calls run their own Eigen code on this thread instead
+of TF's kernels), same step order, but
 single-threaded and without input forwarding.  Like launch.py it
 must not import the compiler; it reads only the executable's plain data.
 

@@ -193,7 +193,7 @@ _library: _Library | None = None
 
 def symbol_addresses(names) -> dict:
     """``{name: address}`` of functions the op library exports (its runtime library,
-    linalg.cc), loading the library if needed; KeyError names a missing one."""
+    tf_kernels.cc), loading the library if needed; KeyError names a missing one."""
     lib = _lib()
     out = {}
     for name in names:

@@ -12,10 +12,12 @@
 //     it) and may return early; any thread may store it. A kernel that reports
 //     values with its error (a gather's bad index) sets code by compare-and-swap
 //     from 0 and, when it won, writes them to detail[]; "{i}" in the message
-//     (i < 7) reads as detail[i] in decimal. device is the launch's Eigen::ThreadPoolDevice (TF's
-//     intra-op pool), passed to the runtime library (linalg.cc) by kernels that
-//     call it. A kernel is called on disjoint [row_begin, row_end)
-//     ranges of [0, rows), possibly concurrently from several threads.
+//     (i < 7) reads as detail[i] in decimal. device is a tfjit::RuntimeContext
+//     (runtime.h: this launch's OpKernelContext), passed to the runtime library
+//     (tf_kernels.cc) by kernels that call it; a library call that fails leaves
+//     TF's status there, and the op reports it after the kernel's message.
+//     A kernel is called on disjoint [row_begin, row_end) ranges of [0, rows),
+//     possibly concurrently from several threads.
 //
 //   Resource variables: an input of dtype DT_RESOURCE is a variable. The op
 //     looks it up, locks every variable input (in address order, as TF's
@@ -72,6 +74,7 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/util/work_sharder.h"
+#include "runtime.h"
 #include "variables.h"
 
 extern "C" {
@@ -445,8 +448,10 @@ class TfjitLaunchOp : public AsyncOpKernel {
       AdviseHugePages(data, exe.temp_bytes[t]);
     }
     TfjitStatus status{};
+    tfjit::RuntimeContext runtime;
+    runtime.ctx = ctx;
     bufs[n_in + n_out + n_tmp] = &status;
-    bufs.back() = const_cast<Eigen::ThreadPoolDevice*>(&ctx->eigen_cpu_device());
+    bufs.back() = &runtime;
     for (int s = 0; s < exe.num_steps && status.code == 0; ++s) {
       RunStep(ctx, exe.steps[s], bufs.data());
     }
@@ -462,8 +467,13 @@ class TfjitLaunchOp : public AsyncOpKernel {
       return Invalid("tfjit kernel reported unknown error code ", status.code,
                      " (in tfjit cluster ", cluster_, ")");
     }
-    return Invalid(ErrorText(exe.messages[status.code - 1], status), " (in tfjit cluster ",
-                   cluster_, ")");
+    const std::string text = ErrorText(exe.messages[status.code - 1], status);
+    if (!runtime.error.ok()) {   // TF's kernel failed in a library call: keep its code
+      return absl::Status(runtime.error.code(),
+                          absl::StrCat(text, ": ", runtime.error.message(), " (in tfjit cluster ",
+                                       cluster_, ")"));
+    }
+    return Invalid(text, " (in tfjit cluster ", cluster_, ")");
   }
 
   // Runs the node's original subgraph (a function in the graph's library), as

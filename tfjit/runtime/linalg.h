@@ -1,0 +1,54 @@
+// The runtime library's own Eigen code (linalg.cc), called by tf_kernels.cc
+// where there is no TensorFlow kernel to run. Single-threaded, on the calling
+// thread. The parameters are those of tf_kernels.cc's tfjit_rt_* entry points
+// after the runtime context (see there for their meaning).
+#ifndef TFJIT_RUNTIME_LINALG_H_
+#define TFJIT_RUNTIME_LINALG_H_
+
+#include <cstdint>
+
+#define TFJIT_EXPORT extern "C" __attribute__((visibility("default")))
+
+#define TFJIT_DOT_PARAMS(T)                                                                \
+  T *out, const T *lhs, const T *rhs, int64_t batch, int64_t lhs_stride, int64_t rhs_stride, \
+      int64_t m, int64_t n, int64_t k, int32_t transpose_lhs, int32_t transpose_rhs
+#define TFJIT_DOT_ARGS \
+  out, lhs, rhs, batch, lhs_stride, rhs_stride, m, n, k, transpose_lhs, transpose_rhs
+
+// Convolutions: NHWC input/output/gradient, filter [filter_rows, filter_cols,
+// in_depth, filter_depth] (HWIO; filter_depth is the depth multiplier of a
+// depthwise filter), explicit zero padding.
+#define TFJIT_CONV2D_PARAMS(T)                                                                  \
+  T *out, const T *input, const T *filter, int64_t batch, int64_t in_rows, int64_t in_cols,      \
+      int64_t in_depth, int64_t filter_rows, int64_t filter_cols, int64_t out_depth,             \
+      int64_t out_rows, int64_t out_cols, int64_t row_stride, int64_t col_stride,                \
+      int64_t row_dilation, int64_t col_dilation, int64_t pad_top, int64_t pad_bottom,           \
+      int64_t pad_left, int64_t pad_right
+#define TFJIT_CONV2D_ARGS                                                                   \
+  out, input, filter, batch, in_rows, in_cols, in_depth, filter_rows, filter_cols, out_depth, \
+      out_rows, out_cols, row_stride, col_stride, row_dilation, col_dilation, pad_top,        \
+      pad_bottom, pad_left, pad_right
+
+// Gradients (no dilation): `a` is the filter (..._input: out is dx) or the
+// forward input (..._filter: out is dw); `grad` is the output gradient.
+#define TFJIT_BACKPROP_PARAMS(T)                                                              \
+  T *out, const T *a, const T *grad, int64_t batch, int64_t in_rows, int64_t in_cols,          \
+      int64_t in_depth, int64_t filter_rows, int64_t filter_cols, int64_t filter_depth,        \
+      int64_t out_rows, int64_t out_cols, int64_t row_stride, int64_t col_stride,              \
+      int64_t pad_top, int64_t pad_bottom, int64_t pad_left, int64_t pad_right
+#define TFJIT_BACKPROP_ARGS                                                                   \
+  out, a, grad, batch, in_rows, in_cols, in_depth, filter_rows, filter_cols, filter_depth,     \
+      out_rows, out_cols, row_stride, col_stride, pad_top, pad_bottom, pad_left, pad_right
+
+#define TFJIT_DECLARE_EIGEN(suffix, T)                                                   \
+  TFJIT_EXPORT void tfjit_eigen_dot_##suffix(TFJIT_DOT_PARAMS(T));                       \
+  TFJIT_EXPORT void tfjit_eigen_conv2d_##suffix(TFJIT_CONV2D_PARAMS(T));                 \
+  TFJIT_EXPORT void tfjit_eigen_conv2d_backprop_input_##suffix(TFJIT_BACKPROP_PARAMS(T)); \
+  TFJIT_EXPORT void tfjit_eigen_conv2d_backprop_filter_##suffix(TFJIT_BACKPROP_PARAMS(T)); \
+  TFJIT_EXPORT void tfjit_eigen_depthwise_backprop_input_##suffix(TFJIT_BACKPROP_PARAMS(T)); \
+  TFJIT_EXPORT void tfjit_eigen_depthwise_backprop_filter_##suffix(TFJIT_BACKPROP_PARAMS(T));
+
+TFJIT_DECLARE_EIGEN(f32, float)
+TFJIT_DECLARE_EIGEN(f64, double)
+
+#endif  // TFJIT_RUNTIME_LINALG_H_

@@ -1,0 +1,26 @@
+// What a running TfjitLaunch hands the runtime library (tf_kernels.cc) in
+// bufs[device_slot]: the launch's OpKernelContext, through which TF's own CPU
+// kernels get their device, allocator and intra-op thread pool, and the slot
+// where the first failing kernel leaves its status. Included by launch_op.cc
+// and tf_kernels.cc; the pointer is null in the host runner (runtime/host.py)
+// and in AOT objects, where the library runs its own Eigen code (linalg.cc).
+#ifndef TFJIT_RUNTIME_RUNTIME_H_
+#define TFJIT_RUNTIME_RUNTIME_H_
+
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace tensorflow {
+namespace tfjit {
+
+struct RuntimeContext {
+  OpKernelContext* ctx = nullptr;
+  // Set by a library call that returns nonzero (steps run one at a time, so
+  // only one call writes it per launch); the launch reports it.
+  absl::Status error;
+};
+
+}  // namespace tfjit
+}  // namespace tensorflow
+
+#endif  // TFJIT_RUNTIME_RUNTIME_H_
