@@ -19,14 +19,13 @@ Each step runs as ``tf.function`` (TF graph), ``tf.function(jit_compile=True)``
 variables, after warm-up; the figure is the median of ``--runs`` steps timed
 round-robin (one step of each mode in turn), so a noisy neighbour slows every
 mode alike.  ``--memory`` reruns each (workload, mode) in a fresh process and
-reports its peak resident set size (``ru_maxrss``).  Nothing is asserted.
+reports its peak resident set size (VmHWM).  Nothing is asserted.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -165,12 +164,22 @@ def time_modes(name: str, runs: int, modes=MODES) -> dict:
     return out
 
 
+def vm_hwm_mb() -> float:
+    """This process's peak RSS (VmHWM).  Not ``ru_maxrss``: Linux carries that across
+    exec, so a child forked from this (large) benchmark process would report at least
+    the parent's size -- every mode then read the same 1472 MB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise OSError("no VmHWM in /proc/self/status")
+
+
 def peak_rss_mb(name: str, mode: str, runs: int) -> float | str:
     """Peak RSS of a fresh process that builds the workload and runs it ``runs`` times."""
     code = (f"import sys; sys.argv=['x']; import tools.train_bench as b; "
             f"r = b.time_modes({name!r}, {runs}, ({mode!r},)); "
-            f"import resource, json; print(json.dumps([r.get({mode!r}), "
-            f"resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]))")
+            f"import json, tools.train_bench as b; print(json.dumps([r.get({mode!r}), b.vm_hwm_mb()]))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
