@@ -127,6 +127,32 @@ void Conv2DBackpropFilter(T* out, const T* input, const T* grad, int64_t batch, 
 
 // Depthwise gradients as loops: each input channel c meets output channels
 // c * multiplier + m only, so there is no contraction to hand to Eigen.
+// ForEachTap calls visit(g, i, j, pixel) for every output pixel's gradient row g
+// (out_depth values) and filter tap (i, j) that lands on input pixel `pixel` (its
+// index in [batch * in_rows * in_cols]); taps in the padding are skipped.
+template <typename T, typename Visit>
+void ForEachTap(const T* grad, int64_t batch, int64_t in_rows, int64_t in_cols,
+                int64_t filter_rows, int64_t filter_cols, int64_t out_depth, int64_t out_rows,
+                int64_t out_cols, int64_t row_stride, int64_t col_stride, int64_t pad_top,
+                int64_t pad_left, Visit visit) {
+  for (int64_t n = 0; n < batch; ++n) {
+    for (int64_t y = 0; y < out_rows; ++y) {
+      for (int64_t x = 0; x < out_cols; ++x) {
+        const T* g = grad + ((n * out_rows + y) * out_cols + x) * out_depth;
+        for (int64_t i = 0; i < filter_rows; ++i) {
+          const int64_t r = y * row_stride + i - pad_top;
+          if (r < 0 || r >= in_rows) continue;
+          for (int64_t j = 0; j < filter_cols; ++j) {
+            const int64_t c = x * col_stride + j - pad_left;
+            if (c < 0 || c >= in_cols) continue;
+            visit(g, i, j, (n * in_rows + r) * in_cols + c);
+          }
+        }
+      }
+    }
+  }
+}
+
 template <typename T>
 void DepthwiseBackpropInput(T* out, const T* filter, const T* grad, int64_t batch, int64_t in_rows,
                             int64_t in_cols, int64_t in_depth, int64_t filter_rows,
@@ -136,59 +162,37 @@ void DepthwiseBackpropInput(T* out, const T* filter, const T* grad, int64_t batc
                             int64_t /*pad_right*/) {
   std::fill(out, out + batch * in_rows * in_cols * in_depth, T(0));
   const int64_t out_depth = in_depth * multiplier;
-  for (int64_t n = 0; n < batch; ++n) {
-    for (int64_t y = 0; y < out_rows; ++y) {
-      for (int64_t x = 0; x < out_cols; ++x) {
-        const T* g = grad + ((n * out_rows + y) * out_cols + x) * out_depth;
-        for (int64_t i = 0; i < filter_rows; ++i) {
-          const int64_t r = y * row_stride + i - pad_top;
-          if (r < 0 || r >= in_rows) continue;
-          for (int64_t j = 0; j < filter_cols; ++j) {
-            const int64_t c = x * col_stride + j - pad_left;
-            if (c < 0 || c >= in_cols) continue;
-            T* dx = out + ((n * in_rows + r) * in_cols + c) * in_depth;
-            const T* f = filter + (i * filter_cols + j) * out_depth;
-            for (int64_t d = 0; d < in_depth; ++d) {
-              T sum = 0;
-              for (int64_t m = 0; m < multiplier; ++m) sum += g[d * multiplier + m] * f[d * multiplier + m];
-              dx[d] += sum;
-            }
-          }
-        }
-      }
-    }
-  }
+  ForEachTap(grad, batch, in_rows, in_cols, filter_rows, filter_cols, out_depth, out_rows, out_cols,
+             row_stride, col_stride, pad_top, pad_left,
+             [&](const T* g, int64_t i, int64_t j, int64_t pixel) {
+               T* dx = out + pixel * in_depth;
+               const T* f = filter + (i * filter_cols + j) * out_depth;
+               for (int64_t d = 0; d < in_depth; ++d) {
+                 T sum = 0;
+                 for (int64_t m = 0; m < multiplier; ++m) sum += g[d * multiplier + m] * f[d * multiplier + m];
+                 dx[d] += sum;
+               }
+             });
 }
 
 template <typename T>
 void DepthwiseBackpropFilter(T* out, const T* input, const T* grad, int64_t batch, int64_t in_rows,
-                            int64_t in_cols, int64_t in_depth, int64_t filter_rows,
-                            int64_t filter_cols, int64_t multiplier, int64_t out_rows,
-                            int64_t out_cols, int64_t row_stride, int64_t col_stride,
-                            int64_t pad_top, int64_t /*pad_bottom*/, int64_t pad_left,
-                            int64_t /*pad_right*/) {
+                             int64_t in_cols, int64_t in_depth, int64_t filter_rows,
+                             int64_t filter_cols, int64_t multiplier, int64_t out_rows,
+                             int64_t out_cols, int64_t row_stride, int64_t col_stride,
+                             int64_t pad_top, int64_t /*pad_bottom*/, int64_t pad_left,
+                             int64_t /*pad_right*/) {
   const int64_t out_depth = in_depth * multiplier;
   std::fill(out, out + filter_rows * filter_cols * out_depth, T(0));
-  for (int64_t n = 0; n < batch; ++n) {
-    for (int64_t y = 0; y < out_rows; ++y) {
-      for (int64_t x = 0; x < out_cols; ++x) {
-        const T* g = grad + ((n * out_rows + y) * out_cols + x) * out_depth;
-        for (int64_t i = 0; i < filter_rows; ++i) {
-          const int64_t r = y * row_stride + i - pad_top;
-          if (r < 0 || r >= in_rows) continue;
-          for (int64_t j = 0; j < filter_cols; ++j) {
-            const int64_t c = x * col_stride + j - pad_left;
-            if (c < 0 || c >= in_cols) continue;
-            const T* in = input + ((n * in_rows + r) * in_cols + c) * in_depth;
-            T* df = out + (i * filter_cols + j) * out_depth;
-            for (int64_t d = 0; d < in_depth; ++d) {
-              for (int64_t m = 0; m < multiplier; ++m) df[d * multiplier + m] += in[d] * g[d * multiplier + m];
-            }
-          }
-        }
-      }
-    }
-  }
+  ForEachTap(grad, batch, in_rows, in_cols, filter_rows, filter_cols, out_depth, out_rows, out_cols,
+             row_stride, col_stride, pad_top, pad_left,
+             [&](const T* g, int64_t i, int64_t j, int64_t pixel) {
+               const T* in = input + pixel * in_depth;
+               T* df = out + (i * filter_cols + j) * out_depth;
+               for (int64_t d = 0; d < in_depth; ++d) {
+                 for (int64_t m = 0; m < multiplier; ++m) df[d * multiplier + m] += in[d] * g[d * multiplier + m];
+               }
+             });
 }
 
 }  // namespace
