@@ -72,7 +72,7 @@ def extract(graph: Graph, names: list, tensor_info, outputs=None, inputs=None,
             for src in node.inputs:
                 if src[0] in inside and src not in outputs:
                     outputs.append(src)
-    by_name = {nd.name: nd for nd in graph.graph_def.node}
+    by_name = graph.protos
     gd = graph_pb2.GraphDef()
     gd.versions.CopyFrom(graph.graph_def.versions)
     for k, src in enumerate(inputs):
@@ -145,13 +145,18 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             x = cluster[x]
         return x
 
-    def path_avoiding(a: set, b: set, limit: int) -> bool:
-        """Is there a path from a into b that leaves a∪b on the way?"""
-        stack = [s for x in a for s in succ[x] if s not in a and s not in b and pos[s] < limit]
+    # per cluster, the nodes outside it that its members feed (kept up to date on every
+    # merge, so a search starts from them rather than walking all the members)
+    leaving = {c: {s for s in succ[c] if s != c} for c in cluster}
+
+    def path_avoiding(a: str, b: str, limit: int) -> bool:
+        """Is there a path from cluster a into cluster b that leaves a∪b on the way?"""
+        b_members = members[b]
+        stack = [s for s in leaving[a] if s not in b_members and pos[s] < limit]
         seen = set()
         while stack:
             x = stack.pop()
-            if x in b:
+            if x in b_members:
                 return True
             if x in seen:
                 continue
@@ -170,12 +175,12 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
                 continue
             if max_size and size[a] + size[b] > max_size:
                 continue
-            if (path_avoiding(members[a], members[b], last[b])
-                    or path_avoiding(members[b], members[a], last[a])):
+            if path_avoiding(a, b, last[b]) or path_avoiding(b, a, last[a]):
                 continue
             keep, gone = (a, b) if pos[a] < pos[b] else (b, a)
             cluster[gone] = keep
             members[keep] |= members.pop(gone)
+            leaving[keep] = {s for s in leaving[keep] | leaving.pop(gone) if s not in members[keep]}
             last[keep] = max(last[keep], last.pop(gone))
             size[keep] += size.pop(gone)
     # A cluster holding every node of the graph that computes anything is kept at any

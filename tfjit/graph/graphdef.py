@@ -88,7 +88,9 @@ class Graph:
     def __init__(self, graph_def):
         self.graph_def = graph_def
         self.nodes: dict[str, Node] = {}
+        self.protos: dict = {}            # name -> its NodeDef in graph_def
         for nd in graph_def.node:
+            self.protos[nd.name] = nd
             data_inputs = [_parse_input(i) for i in nd.input if not i.startswith("^")]
             controls = [i[1:] for i in nd.input if i.startswith("^")]
             attrs = {k: _decode(v) for k, v in nd.attr.items()}
