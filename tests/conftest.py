@@ -5,6 +5,13 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The oracle is TensorFlow's default CPU kernels, on every machine.  TF turns its
+# oneDNN graph rewrite on by itself on CPUs with AVX512_VNNI/BF16 or AMX, and oneDNN's
+# kernels differ from the default ones at the edges these tests check (NaN rows in
+# Softmax, NaN ties in MaxPool, bf16 rounding, the shape of FusedBatchNormV3's
+# reserve_space_3; MaxPoolGrad on an empty batch aborts the process).  Set before
+# TensorFlow is imported (it reads the variable once); subprocesses inherit it.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 @pytest.fixture(scope="session")

@@ -70,9 +70,12 @@ def _tf_flags() -> tuple[str, list[str], list[str]]:
 # matmul and convolutions run where there is no TF kernel to call) is tuned for this
 # machine's CPU -- the library is built where it runs, and the CPU is part of the cache
 # key -- with its template instances kept private, so they never bind to TensorFlow's
-# own (differently compiled) copies.
-_FILE_FLAGS = {"linalg.cc": ["-O3", "-march=native", "-fvisibility=hidden",
-                             "-fvisibility-inlines-hidden", "-w"]}
+# own (differently compiled) copies.  Eigen's AVX-512 GEMM kernels are off: their
+# double-precision packer has no specialisation for the image-patch mappers of the
+# convolutions, so linalg.cc does not compile on an AVX-512 CPU with them (TensorFlow
+# itself is built without AVX-512 and never instantiates them).
+_FILE_FLAGS = {"linalg.cc": ["-O3", "-march=native", "-DEIGEN_USE_AVX512_GEMM_KERNELS=0",
+                             "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-w"]}
 
 
 def _cpu_key() -> str:
@@ -148,12 +151,19 @@ def _compile_objects(cxx: str, directory: str, objects: list) -> list[str]:
             os.replace(tmp, obj)
         elif failure is None:
             failure = BuildError(f"building the TfjitLaunch op failed (exit {proc.returncode}):\n"
-                                 f"  {' '.join(cmd)}\n{err[-_STDERR_TAIL:]}")
+                                 f"  {' '.join(cmd)}\n{_error_text(err)}")
         if os.path.exists(tmp):
             os.unlink(tmp)
     if failure is not None:
         raise failure
     return paths
+
+
+def _error_text(stderr: str) -> str:
+    """The compiler's first error line (a template error's cause; its tail is only the
+    instantiation stack) and the tail of its output."""
+    first = next((ln for ln in stderr.splitlines() if "error" in ln), "")
+    return f"{first[:_STDERR_TAIL]}\n...\n{stderr[-_STDERR_TAIL:]}" if first else stderr[-_STDERR_TAIL:]
 
 
 def link_library(cxx: str, objects: list[str], output: str, link_flags: list[str]) -> None:
@@ -181,7 +191,7 @@ def _run_atomically(output: str, command) -> None:
         if result.returncode != 0:
             raise BuildError(
                 f"building the TfjitLaunch op failed (exit {result.returncode}):\n"
-                f"  {' '.join(cmd)}\n{result.stderr[-_STDERR_TAIL:]}")
+                f"  {' '.join(cmd)}\n{_error_text(result.stderr)}")
         os.chmod(tmp, 0o755)    # mkstemp creates 0600
         os.replace(tmp, output)
     except OSError as e:
