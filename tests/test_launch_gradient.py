@@ -180,14 +180,9 @@ def test_a_cluster_that_assigns_a_variable_is_not_differentiable():
         tape.gradient(y, x)
 
 
-_GRADIENT_OPS = [(tf.tanh, "TanhGrad"), (tf.sigmoid, "SigmoidGrad"), (tf.sqrt, "SqrtGrad"),
-                 (tf.math.rsqrt, "RsqrtGrad"), (tf.math.softplus, "SoftplusGrad")]
-_MISSING = [(fn, op) for fn, op in _GRADIENT_OPS if op not in RULES]
-
-
-@pytest.mark.skipif(not _MISSING, reason="every gradient op of the list is lowered now")
-def test_a_gradient_op_without_lowering_is_a_must_compile_error():
-    forward, op = _MISSING[0]
+@pytest.mark.parametrize("forward,op", [(tf.tanh, "TanhGrad"), (tf.sigmoid, "SigmoidGrad")])
+def test_a_gradient_op_without_lowering_is_a_must_compile_error(forward, op, monkeypatch):
+    monkeypatch.delitem(RULES, op)    # as if tfjit had no lowering for the gradient op
     f = tfjit.function(lambda x: tf.reduce_sum(forward(x)))
     x = tf.constant([0.5, 2.0])
     assert f(x).shape == ()           # the forward compiles ...

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import tfjit
+from tfjit.codegen import library
 from oracle import assert_matches
 
 R = tf.raw_ops
@@ -160,9 +161,15 @@ def _params():
 
 
 @pytest.mark.parametrize("case,dtype", list(_params()))
-def test_against_tf(case: Case, dtype: str):
+def test_against_tf(case: Case, dtype: str, monkeypatch):
     rng = np.random.default_rng(abs(hash(case.id)) % 2**32)
     xs = [_array(rng, s, dtype, case.special) for s in case.shapes]
+    if case.special:
+        # Which outputs a NaN or Inf reaches is the kernel's own business: oneDNN skips
+        # the taps that fall on padding, TF's default kernel multiplies them (0 * NaN),
+        # and TF itself switches between the two by CPU.  The oracle runs the default
+        # kernels (conftest.py), so the compiled call does too.
+        monkeypatch.setattr(library, "tf_kernel", lambda i: (library.DEFAULT, "test"))
     got = tfjit.function(case.fn)(*xs)
     want = tf.function(case.reference or case.fn)(*xs)
     rtol, atol = TOL[dtype]
