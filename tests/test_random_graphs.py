@@ -4,7 +4,8 @@ Each run generates ``TFJIT_TEST_GRAPHS`` (default 320) random programs
 (tests/random_graph_generator.py: DAGs of 3-15 ops over 1-3 inputs: elementwise
 math, broadcasting, reductions, softmax, reshapes, transposes, slicing, concat,
 pad, tile, casts; 1-3 outputs; fan-out), compiles each with
-``tfjit.function(jit_compile=True)`` and compares every output with
+``tfjit.function(jit_compile=True)``, checks that its IR text (as lowered and as
+optimised) round-trips through the parser, and compares every output with
 ``tf.function`` run by TF's executor (tests/oracle.py; floats get an extra
 per-element atol derived from the inputs, see random_graphs.py).  All
 mismatches are collected and reported together at the end.
@@ -42,6 +43,7 @@ import random_graphs as rg  # noqa: E402
 from oracle import TOLERANCE, assert_matches  # noqa: E402
 
 import tfjit  # noqa: E402
+from tfjit.ir.text import module_str, parse_module  # noqa: E402
 
 DEFAULT_SEED = 20240611
 SEED = int(os.environ.get("TFJIT_TEST_SEED", DEFAULT_SEED))
@@ -84,13 +86,14 @@ def compare(program, arrays, stats=None) -> list:
     try:
         jitted = tfjit.function(fn, jit_compile=True, autograph=False)
         actual = jitted(*inputs)
+        compiled = jitted.compiled(*inputs)
         if stats is not None:
-            _count_kernels(jitted.compiled(*inputs), stats)
+            _count_kernels(compiled, stats)
     except Exception:
         return ["tfjit raised:\n" + traceback.format_exc(limit=-8)]
+    problems = _round_trip_problems(compiled)
     bounds = rg.error_bounds(program, inputs)
     values = {v.id: v for v in program.values}
-    problems = []
     for k, (a, e, bound) in enumerate(zip(actual, expected, bounds)):
         e = e.numpy()
         kw = {"check_zero_sign": values[program.outputs[k]].zero_sign}
@@ -101,6 +104,25 @@ def compare(program, arrays, stats=None) -> list:
             assert_matches(np.asarray(a), e, what=f"output {k} (v{program.outputs[k]})", **kw)
         except AssertionError as err:
             problems.append(f"  {err}")
+    return problems
+
+
+def _round_trip_problems(compiled) -> list:
+    """The IR text of the module as lowered and as optimised must survive print ->
+    parse -> print unchanged (tfjit-run-module re-runs dumps through the parser)."""
+    problems = []
+    for stage, text in (("lowered", compiled.module_before), ("optimised", compiled.module_after)):
+        try:
+            again = module_str(parse_module(text))
+        except Exception as e:
+            problems.append(f"  the {stage} IR does not parse: {type(e).__name__}: {e}")
+            continue
+        if again != text:
+            first = next(k for k, (a, b) in enumerate(zip(again.splitlines() + [""],
+                                                          text.splitlines() + [""])) if a != b)
+            problems.append(f"  the {stage} IR changes in print -> parse -> print at line "
+                            f"{first + 1}: {text.splitlines()[first:first + 1]} -> "
+                            f"{again.splitlines()[first:first + 1]}")
     return problems
 
 
