@@ -185,6 +185,8 @@ class _Library:
         self.c.TfjitSetPassCallback.restype = None
         self.c.TfjitPassResult.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64]
         self.c.TfjitPassResult.restype = None
+        self.c.tfjit_rt_kernel_choices.argtypes = [ctypes.c_char_p, ctypes.c_int64]
+        self.c.tfjit_rt_kernel_choices.restype = ctypes.c_int64
 
 
 _load_lock = threading.Lock()
@@ -342,6 +344,23 @@ def clear_cache() -> None:
         _library.c.TfjitClearCache()
     with _callback_lock:
         _executables.clear()
+
+
+def kernel_choices() -> dict:
+    """{call: (kernel, default µs, oneDNN µs)} for every library call whose kernel was
+    measured at its first run (tf_kernels.cc's MeasuredFamily): ``call`` is TF's op,
+    dtype, attributes and input shapes; ``kernel`` is "default" or "oneDNN" (oneDNN µs
+    is -1 when oneDNN refused the call)."""
+    if _library is None:
+        return {}
+    size = _library.c.tfjit_rt_kernel_choices(None, 0)
+    buffer = ctypes.create_string_buffer(size + 1)
+    _library.c.tfjit_rt_kernel_choices(buffer, size + 1)
+    out = {}
+    for line in buffer.value.decode().splitlines():
+        key, kernel, default, onednn = line.split("\t")
+        out[key] = (kernel, float(default), float(onednn))
+    return out
 
 
 def stats() -> dict:

@@ -20,7 +20,8 @@
 // ABI (codegen/library.py emits the calls; change both sides together):
 //   runtime: bufs[device_slot], a tfjit::RuntimeContext* (runtime.h) or null.
 //   kernel: which of TF's kernels to run, a Family below (library.py's
-//     tf_kernel chooses by measurement); ignored without a runtime context.
+//     tf_kernel chooses; kMeasured times both at a call's first run and keeps
+//     the faster); ignored without a runtime context.
 //   Every function returns 0, or nonzero when TF's kernel failed: its status
 //   is then in runtime->error, and the caller stops the launch.
 //   All tensors are dense, row-major, 64-byte aligned, and never alias `out`.
@@ -40,6 +41,7 @@
 //   (The parameter lists are spelled out in linalg.h.)
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -58,6 +60,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/version.h"
+#include "tensorflow/core/util/determinism.h"
 
 namespace tensorflow {
 namespace tfjit {
@@ -127,6 +130,7 @@ class KernelContext : public OpKernelContext {
 enum Family : int32_t {
   kDefault = 0,   // the op's default kernel: what TF graph mode runs with oneDNN off
   kOneDnn = 1,    // its oneDNN kernel (TF_ENABLE_ONEDNN_OPTS=1 rewrites to it), f32 only
+  kMeasured = 2,  // whichever of the two ran faster on this call's shapes (Measured below)
 };
 
 // The oneDNN kernel's op for `op`, or null. TF registers them with a label, so
@@ -242,11 +246,88 @@ absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tenso
   return absl::OkStatus();
 }
 
+// Runs the kernel of `family` (kDefault or kOneDnn) for `spec`, with the status
+// of the run.
+absl::Status RunFamily(OpKernelContext* ctx, int32_t family, const KernelSpec& spec,
+                       absl::Span<Tensor> inputs, const Tensor& out) {
+  absl::StatusOr<OpKernel*> kernel = CachedKernel(ctx, family, spec);
+  return kernel.ok() ? Compute(ctx, *kernel, inputs, out) : kernel.status();
+}
+
+// A measured choice: the family that ran faster, and both best times (µs).
+struct Choice {
+  int32_t family;
+  double micros[2];
+};
+
+absl::Mutex choices_mu(absl::kConstInit);
+absl::flat_hash_map<std::string, Choice>& Choices() {
+  static auto* choices = new absl::flat_hash_map<std::string, Choice>;
+  return *choices;
+}
+
+// What a measured choice depends on: the op, its attributes and every input's shape.
+std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
+  std::string key = absl::StrCat(spec.op, "/", DataTypeString(spec.dtype), "/", spec.attrs_key);
+  for (const Tensor& t : inputs) {
+    absl::StrAppend(&key, " ", t.dtype() == DT_INT32 && t.dims() == 1 && t.NumElements() == 4
+                                   ? absl::StrCat("sizes", t.vec<int32_t>()(0), ",",
+                                                  t.vec<int32_t>()(1), ",", t.vec<int32_t>()(2),
+                                                  ",", t.vec<int32_t>()(3))
+                                   : t.shape().DebugString());
+  }
+  return key;
+}
+
+// The family of a kMeasured call. Which of TF's two kernels is faster depends on
+// the CPU (oneDNN's convolutions won every shape measured on AVX-512 machines,
+// Eigen's won half of them on AVX2 ones), so it is measured where the code runs,
+// as TF autotunes cuDNN's algorithms: the first run of a (op, attributes, shapes)
+// times each kernel `kRounds` times, alternating, after one untimed run each,
+// keeps the faster by its best time, and ends with a run of it, so `out` holds the
+// winner's result. Later calls look the choice up. When TF is asked for
+// deterministic ops the default kernel always runs (no choice that could differ
+// between processes).
+int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
+                       const Tensor& out, absl::Status* status) {
+  if (OpDeterminismRequired()) return kDefault;
+  const std::string key = ChoiceKey(spec, inputs);
+  {
+    absl::MutexLock l(&choices_mu);
+    auto it = Choices().find(key);
+    if (it != Choices().end()) return it->second.family;
+  }
+  constexpr int kRounds = 3;
+  Choice choice{kDefault, {1e300, 1e300}};
+  for (int round = -1; round < kRounds; ++round) {
+    for (int32_t family : {kDefault, kOneDnn}) {
+      const auto start = std::chrono::steady_clock::now();
+      *status = RunFamily(ctx, family, spec, inputs, out);
+      const std::chrono::duration<double, std::micro> took =
+          std::chrono::steady_clock::now() - start;
+      if (!status->ok()) {           // oneDNN refused it: the default kernel decides
+        if (family == kDefault) return kDefault;
+        choice = Choice{kDefault, {choice.micros[0], -1}};
+        round = kRounds;
+        break;
+      }
+      if (round >= 0) choice.micros[family] = std::min(choice.micros[family], took.count());
+    }
+  }
+  if (choice.micros[1] >= 0 && choice.micros[1] < choice.micros[0]) choice.family = kOneDnn;
+  absl::MutexLock l(&choices_mu);
+  return Choices().try_emplace(key, choice).first->second.family;   // first insert wins
+}
+
 // Runs the kernel of `family` for `spec`; returns 0, or 1 with the status in
 // runtime->error. A oneDNN kernel that fails (oneDNN refuses some paddings the
 // default kernels take) is retried with the default one.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out) {
+  if (family == kMeasured) {
+    absl::Status status;
+    family = MeasuredFamily(runtime->ctx, spec, inputs, out, &status);
+  }
   absl::StatusOr<OpKernel*> kernel = CachedKernel(runtime->ctx, family, spec);
   absl::Status status = kernel.status();
   if (kernel.ok()) status = Compute(runtime->ctx, *kernel, inputs, out);
@@ -436,3 +517,24 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
 
 TFJIT_DEFINE(f32, float)
 TFJIT_DEFINE(f64, double)
+
+// The measured choices so far, one per line: "key\tfamily\tdefault µs\toneDNN µs"
+// (oneDNN -1: it refused the call). Writes at most `size` bytes (NUL-terminated) and
+// returns the length the whole text needs.
+TFJIT_EXPORT int64_t tfjit_rt_kernel_choices(char* buffer, int64_t size) {
+  using tensorflow::tfjit::Choices;
+  std::string text;
+  {
+    absl::MutexLock l(&tensorflow::tfjit::choices_mu);
+    for (const auto& [key, c] : Choices()) {
+      absl::StrAppend(&text, key, "\t", c.family == tensorflow::tfjit::kOneDnn ? "oneDNN" : "default",
+                      "\t", c.micros[0], "\t", c.micros[1], "\n");
+    }
+  }
+  if (size > 0) {
+    const int64_t n = std::min<int64_t>(size - 1, text.size());
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  }
+  return static_cast<int64_t>(text.size());
+}
