@@ -41,8 +41,9 @@ def assert_matches(actual, expected, *, rtol=None, atol=None, what="result", che
     assert same_inf.all(), (f"{what}: ±inf differ at {np.argwhere(~same_inf)[:5].tolist()}: "
                             f"{a[~same_inf][:5]} vs TF {e[~same_inf][:5]}")
     finite = ~(nan_e | inf_e)
-    err = np.abs(a - e)
-    bad = finite & (err > atol + rtol * np.abs(e))
+    with np.errstate(invalid="ignore"):          # inf - inf where both are inf: not counted
+        err = np.abs(a - e)
+        bad = finite & (err > atol + rtol * np.abs(e))
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.size} elements beyond rtol={rtol} atol={atol}; "
                            f"worst at {np.argwhere(bad)[0].tolist()}: {a[bad][0]!r} vs TF {e[bad][0]!r}")
     if check_zero_sign:

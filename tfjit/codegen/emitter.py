@@ -100,8 +100,12 @@ class KernelEmitter:
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * max(len(f.instrs), 1)
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
-        if f.column:
+        if f.column and f.split == 1:
             return [(self._function(self.name, self._column_row), f.rows, reduced * COLUMN_BLOCK)]
+        if f.column:
+            phase1 = self._function(self.name + ".partial", self._column_row)
+            phase2 = self._function(self.name + ".combine", self._combine_row)
+            return [(phase1, f.rows, reduced // f.split * COLUMN_BLOCK), (phase2, f.roots[0].size, f.split)]
         if f.split == 1:
             return [(self._function(self.name, self._reduce_row), f.rows, reduced * max(len(f.instrs), 1))]
         phase1 = self._function(self.name + ".partial", self._partial_row)
@@ -229,13 +233,17 @@ class KernelEmitter:
         """A block of outputs along the last output dim, accumulated in a stack buffer.
 
         The reduced dims are the outer loops and the outputs the inner one, so
-        inputs stored with the output dim innermost are read contiguously.
+        inputs stored with the output dim innermost are read contiguously.  A split
+        kernel's row also names a chunk of the first reduced dim; it writes its sums
+        to the scratch buffer, output by output, for ``_combine_row``.
         """
         f, b = self.f, self.b
         root = f.roots[0]
         t = value_type(root.dtype)
         out_shape = root.shape
         blocks = _math.ceil(out_shape[-1] / COLUMN_BLOCK)
+        chunk = b.srem(row, i64(f.split))
+        row = b.sdiv(row, i64(f.split))
         prefix = self._unravel(b.sdiv(row, i64(blocks)), out_shape[:-1])
         start = b.mul(b.srem(row, i64(blocks)), i64(COLUMN_BLOCK))
         stop = b.add(start, i64(COLUMN_BLOCK))
@@ -250,19 +258,33 @@ class KernelEmitter:
             b.store(const(root.dtype, reduce_identity(kind, root.dtype)), slot(o))
         operand = root.operands[0]
 
+        first = operand.shape[f.outer]
+        per = _math.ceil(first / f.split)       # first reduced dim: this row's chunk
+        lo = b.mul(chunk, i64(per))
+        hi = b.add(lo, i64(per))
+        hi = b.select(b.icmp_signed("<", hi, i64(first)), hi, i64(first))
+
         def nest(k, ridx):
             if k == operand.rank - f.outer:
                 with for_range(b, start, stop, "o") as o, self._scope():
                     v = self.value(operand, prefix + (o,) + ridx)
                     b.store(self._combine(kind, root.dtype, b.load(slot(o), typ=t), v), slot(o))
                 return
-            with for_range(b, 0, operand.shape[f.outer + k], f"r{k}") as r, self._scope():
+            lo_k, hi_k = (lo, hi) if k == 0 else (0, operand.shape[f.outer + k])
+            with for_range(b, lo_k, hi_k, f"r{k}") as r, self._scope():
                 nest(k + 1, ridx + (r,))
 
         nest(0, ())
+        if f.split == 1:
+            with for_range(b, start, stop, "o") as o:
+                for s in self.plan.slots[root]:
+                    self._store(s, root, prefix + (o,), b.load(slot(o), typ=t))
+            return
+        scratch = self.ptrs[self.plan.scratch[f]]
+        base = b.mul(b.sdiv(row, i64(blocks)), i64(out_shape[-1]))   # outputs before the prefix's
         with for_range(b, start, stop, "o") as o:
-            for s in self.plan.slots[root]:
-                self._store(s, root, prefix + (o,), b.load(slot(o), typ=t))
+            at = b.add(b.mul(b.add(base, o), i64(f.split)), chunk)
+            b.store(b.load(slot(o), typ=t), b.gep(scratch, [at], source_etype=t))
 
     def _partial_row(self, row):
         f, b = self.f, self.b

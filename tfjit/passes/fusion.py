@@ -61,6 +61,9 @@ TOPK_CHUNKS = 64                # rows of a top-k kernel: chunks of vectors, one
 TOPK_HEAP_MAX_K = 16            # larger k, over half the vector: merge-sort it instead of a heap
 FLAT_BLOCK = 4096               # elements per row of a flattened elementwise kernel
 COLUMN_BLOCK = 512              # outputs per row of a column-reduction kernel
+COLUMN_SPLIT_ROWS = 8           # column reductions with fewer rows split their first reduced dim
+COLUMN_SPLIT_CHUNKS = 16        # ... into at most this many chunks,
+COLUMN_CHUNK_MIN = 1 << 14      # ... each reading at least this many elements
 
 
 @dataclasses.dataclass(eq=False)
@@ -90,7 +93,7 @@ class Fusion:
             return math.ceil(math.prod(self.shape) / FLAT_BLOCK)
         if self.column:
             out = self.shape[:self.outer]
-            return math.prod(out[:-1]) * math.ceil(out[-1] / COLUMN_BLOCK)
+            return math.prod(out[:-1]) * math.ceil(out[-1] / COLUMN_BLOCK) * self.split
         return math.prod(self.shape[:self.outer]) * self.split
 
     def __repr__(self) -> str:
@@ -470,6 +473,7 @@ def _choose_iteration(f: Fusion) -> None:
         f.column = True
         f.notes.append(f"{f.name} reduces across rows of contiguous memory: iterated with the "
                        f"last output dim innermost (vectorised over {COLUMN_BLOCK} outputs at a time)")
+        _split_columns(f)
         return
     if root.op is Op.REDUCE and root.size <= SPLIT_MAX_OUTPUTS and not f.hoisted:
         reduced = f.shape[f.outer:]
@@ -478,6 +482,21 @@ def _choose_iteration(f: Fusion) -> None:
             f.split = reduced[0] if len(reduced) > 1 else math.ceil(total / FLAT_BLOCK)
             f.notes.append(f"{f.name} reduces {total} elements to {root.size}: split into "
                            f"{f.split} chunks per output, combined in a second phase")
+
+
+def _split_columns(f: Fusion) -> None:
+    """A column reduction with too few rows to keep every core busy (batch-norm
+    statistics: 32 channels over N*H*W) splits its first reduced dim into chunks:
+    each row sums its chunk, a second phase adds the chunks."""
+    rows = f.rows
+    if rows >= COLUMN_SPLIT_ROWS:
+        return
+    first, total = f.shape[f.outer], math.prod(f.shape)
+    chunks = min(first, COLUMN_SPLIT_CHUNKS, total // COLUMN_CHUNK_MIN)
+    if chunks >= 2:
+        f.split = chunks
+        f.notes.append(f"{f.name} has {rows} row(s) for {total} elements: its first reduced dim "
+                       f"is split into {chunks} chunks, combined in a second phase")
 
 
 def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:

@@ -1,0 +1,60 @@
+"""Reductions over leading dims (column kernels) against TF, and the kernel shape each gets.
+
+A reduction that keeps the last dim (batch-norm statistics over N, H, W; a sum
+over the batch) reads its input contiguously along its outputs: a column kernel.
+With few outputs it has too few rows to keep every core busy, so it splits its
+first reduced dim into chunks and adds them in a second phase (passes/fusion.py
+``_split_columns``).  The sums are compared with TF's within a bound on any
+order of float additions: n * eps * sum|x| per output.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+
+# (id, shape, axes, chunks the first reduced dim is split into: 0 for no split)
+CASES = [
+    ("bn-statistics", (128, 26, 26, 32), (0, 1, 2), 16),
+    ("batch-sum", (64, 1000), (0,), 3),
+    ("two-dims", (300, 7, 16), (0, 1), 2),
+    ("narrow", (4096, 24), (0,), 6),
+    ("small", (2, 3, 40), (0, 1), 0),          # too little work to split
+    ("many-outputs", (512, 4096), (0,), 0),    # 8 column blocks: rows enough
+]
+DTYPES = [np.float32, np.float64, np.int32]
+
+
+def reductions(axes):
+    return lambda x: (tf.reduce_sum(x, axes), tf.reduce_max(x, axes), tf.reduce_min(x * 3, axes))
+
+
+def _inputs(shape, dtype, rng):
+    if dtype is np.int32:
+        return rng.integers(-1000, 1000, shape).astype(np.int32)
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    flat[5], flat[-7] = np.nan, np.inf             # output 5 is NaN, output -7 mostly inf
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_column_reduction(case, dtype):
+    name, shape, axes, chunks = case
+    x = tf.constant(_inputs(shape, dtype, np.random.default_rng(3)))
+    f = tfjit.function(reductions(list(axes)))
+    got, want = f(x), tf.function(reductions(list(axes)))(x)
+    n = int(np.prod([shape[a] for a in axes]))
+    for k, (g, w) in enumerate(zip(got, want)):
+        kw = {}
+        if dtype is not np.int32 and k == 0:
+            magnitude = tf.reduce_sum(tf.abs(tf.where(tf.math.is_finite(x), x, 0)), axes).numpy()
+            kw = {"rtol": 0, "atol": n * np.finfo(dtype).eps * magnitude.max()}
+        assert_matches(g.numpy(), w.numpy(), what=f"{name} output {k}", **kw)
+    splits = {fu.split for fu in f.compiled(x).fusions if fu.column}
+    assert splits, "no column kernel"
+    assert splits == ({1} if chunks == 0 else {chunks}), splits
