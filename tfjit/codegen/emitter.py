@@ -26,7 +26,7 @@ from tfjit.codegen import gather
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
                                       storage_type, value_type)
-from tfjit.ir.indexing import ZERO, operand_index
+from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
 from tfjit.passes.fusion import COLUMN_BLOCK, FLAT_BLOCK, Fusion, reads
@@ -396,7 +396,14 @@ class KernelEmitter:
             return self.value(i.operands[0], mapped)
         if op is Op.RESHAPE:
             x = i.operands[0]
-            return self.value(x, self._unravel(self._linear(idx, i.shape), x.shape))
+            if len(idx) != i.rank:      # a flat kernel's index: already linear
+                return self.value(x, self._unravel(self._linear(idx, i.shape), x.shape))
+            out = [ZERO] * x.rank     # group by group: an unchanged dim maps to itself
+            for src, dst in reshape_groups(x.shape, i.shape):
+                linear = self._linear(tuple(idx[k] for k in dst), tuple(i.shape[k] for k in dst))
+                for k, v in zip(src, self._unravel(linear, tuple(x.shape[k] for k in src))):
+                    out[k] = v
+            return self.value(x, tuple(out))
         if op is Op.SLICE:
             starts, strides = i.attrs["starts"], i.attrs["strides"]
             return self.value(i.operands[0], tuple(

@@ -44,3 +44,33 @@ def operand_index(instr: Instr, k: int, idx: tuple):
         kept = iter([v for v, d in zip(idx, instr.shape) if d != 1])
         return tuple(ZERO if d == 1 else next(kept) for d in operand.shape)
     return None
+
+
+def reshape_groups(src: tuple, dst: tuple) -> list:
+    """[(src dims, dst dims)]: the smallest runs of dims whose sizes multiply to the
+    same number, so a reshape's index maps group by group (unit dims belong to no
+    group: they index 0).  [128, 26, 26, 32] -> [128, 13, 2, 13, 2, 32] gives
+    ([0], [0]), ([1], [1, 2]), ([2], [3, 4]), ([3], [5]): only the split dims need
+    a division, and never by the innermost dim.  An empty shape is one group."""
+    if 0 in src or 0 in dst:
+        return [(list(range(len(src))), list(range(len(dst))))]
+    s = [k for k, n in enumerate(src) if n != 1]
+    d = [k for k, n in enumerate(dst) if n != 1]
+    groups, i, j = [], 0, 0
+    while i < len(s) or j < len(d):
+        gs, gd, ps, pd = [], [], 1, 1
+        while True:
+            if ps <= pd and i < len(s):
+                gs.append(s[i])
+                ps *= src[s[i]]
+                i += 1
+            elif j < len(d):
+                gd.append(d[j])
+                pd *= dst[d[j]]
+                j += 1
+            else:
+                break
+            if ps == pd and gs and gd:
+                break
+        groups.append((gs, gd))
+    return groups
