@@ -25,7 +25,7 @@ from tfjit import dtypes as dt
 from tfjit.codegen import gather
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
-                                      storage_type, value_type)
+                                      no_unroll, storage_type, value_type)
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
@@ -264,9 +264,14 @@ class KernelEmitter:
         hi = b.add(lo, i64(per))
         hi = b.select(b.icmp_signed("<", hi, i64(first)), hi, i64(first))
 
+        # The outputs' loop is innermost and must stay a loop: with few outputs (32
+        # channels) LLVM unrolled it fully and vectorised the reduced dim instead, with
+        # strided loads (5.8 ms instead of 1 ms for batch-norm statistics).
+        keep = no_unroll(self.module)
+
         def nest(k, ridx):
             if k == operand.rank - f.outer:
-                with for_range(b, start, stop, "o") as o, self._scope():
+                with for_range(b, start, stop, "o", keep) as o, self._scope():
                     v = self.value(operand, prefix + (o,) + ridx)
                     b.store(self._combine(kind, root.dtype, b.load(slot(o), typ=t), v), slot(o))
                 return

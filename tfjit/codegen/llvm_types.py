@@ -64,9 +64,25 @@ def _suffix(t: ir.Type) -> str:
     return {F16: "f16", F32: "f32", F64: "f64"}[t] if t in (F16, F32, F64) else str(t)
 
 
+class _LoopID(ir.values.MDValue):
+    """A loop's ID node, ``distinct !{!self, hints...}``: LLVM reads loop hints only
+    from a distinct node whose first operand is itself (llvmlite cannot spell one)."""
+
+    def descr(self, buf):
+        ops = ", ".join([self.get_reference()] + [o.get_reference() for o in self.operands])
+        buf += (f"distinct !{{ {ops} }}", "\n")
+
+
+def no_unroll(module: ir.Module) -> ir.values.MDValue:
+    """Loop metadata that keeps LLVM from unrolling a loop (fully, too)."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    return _LoopID(module, [hint], name=str(len(module.metadata)))
+
+
 @contextlib.contextmanager
-def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
-    """``for (i = start; i < stop; ++i)``; yields the induction variable."""
+def for_range(b: ir.IRBuilder, start, stop, name: str = "i", loop_md=None):
+    """``for (i = start; i < stop; ++i)``; yields the induction variable.  ``loop_md``:
+    the loop's ``llvm.loop`` metadata (e.g. ``no_unroll``)."""
     start = start if isinstance(start, ir.Value) else i64(start)
     stop = stop if isinstance(stop, ir.Value) else i64(stop)
     pre = b.block
@@ -82,5 +98,7 @@ def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
     yield i
     nxt = b.add(i, i64(1), name=f"{name}.next", flags=("nsw",))
     i.add_incoming(nxt, b.block)
-    b.branch(header)
+    latch = b.branch(header)
+    if loop_md is not None:
+        latch.set_metadata("llvm.loop", loop_md)
     b.position_at_end(done)
