@@ -272,7 +272,10 @@ def does_not_compile(x):
 def test_auto_mode_clusters_a_while_only_when_its_body_compiles():
     x = tf.constant(np.linspace(-1, 1, 8, dtype=np.float32))
     good = analyse(compiles, x)
-    assert len(good.specs) == 1 and "while" in good.specs[0].nodes
+    # (failed once in a full run, not reproduced since: say what the graph held)
+    assert len(good.specs) == 1 and "while" in good.specs[0].nodes, (
+        good.marks.get("while"),
+        {name: sorted({n.op for n in f.node_def}) for name, f in good.graph.functions.items()})
     bad = analyse(does_not_compile, x)
     assert not any("while" in s.nodes for s in bad.specs)
     assert "Unique" in bad.marks["while"] and "{{node while/Unique}}" in bad.marks["while"]
