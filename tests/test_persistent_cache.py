@@ -166,19 +166,20 @@ def test_entry_of_another_key_is_never_loaded(tfjit, cache, inputs):
     assert cache.stats.rejected == 1
 
 
-@pytest.mark.parametrize("what", ["tfjit_version", "cpu_features", "llvm_version"])
+@pytest.mark.parametrize("what", ["tfjit_version", "cpu_features", "llvm_version", "loader"])
 def test_entries_of_other_versions_or_cpus_are_not_used(tfjit, cache, inputs, monkeypatch, what):
-    """An entry written by another tfjit/LLVM version or for other CPU features has
-    another key, so it is never looked up: the compile is a miss and recompiles."""
+    """An entry written by another tfjit/LLVM version, for other CPU features or for the
+    other loader (MCJIT's objects are not shared libraries') has another key, so it is
+    never looked up: the compile is a miss and recompiles."""
     from tfjit.codegen import llvm_cpu, objcache
-    real_fingerprint = llvm_cpu.cpu_fingerprint()
+    env = llvm_cpu.target_env()
+    other = {"cpu_features": {"cpu": env["cpu"] + ",-avx512f"}, "llvm_version": {"llvm": "1.0.0"},
+             "loader": {"loader": "mcjit" if env["loader"] == "dlopen" else "dlopen"}}
     with monkeypatch.context() as m:
         if what == "tfjit_version":
             m.setattr(tfjit, "__version__", "0.0.1-old")
-        elif what == "cpu_features":
-            m.setattr(llvm_cpu, "cpu_fingerprint", lambda: real_fingerprint + ",-avx512f")
         else:
-            m.setattr(objcache.llvm, "llvm_version_info", (1, 0, 0))
+            m.setattr(llvm_cpu, "target_env", lambda: env | other[what])
         objcache.environment.cache_clear()
         try:
             assert not compile_and_check(tfjit, inputs).code.from_cache

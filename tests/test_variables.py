@@ -6,6 +6,8 @@ returned values and the variables' values after each step.
 """
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -192,7 +194,11 @@ def test_session_training_updates_variables_in_the_cluster():
 
 
 def _address(v) -> int:
-    """Where the variable's value lives now (ReadVariableOp aliases it; nothing kept)."""
+    """Where the variable's value lives now (ReadVariableOp aliases it; nothing kept).
+    Garbage is collected first: a value read earlier and kept alive only by a reference
+    cycle would make the launch op give the variable a fresh buffer (it failed once in
+    a full run, not since)."""
+    gc.collect()
     return v.value().numpy().ctypes.data
 
 

@@ -8,6 +8,7 @@ accepted as aliases.  An unknown flag is an error that lists the valid ones.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
 
@@ -34,6 +35,7 @@ class Flags:
     tfjit_bug_report: str = ""               # directory for a self-contained bug report
     tfjit_persistent_cache_directory: str = ""   # on-disk compile cache (off when empty)
     tfjit_compile_cache_size: int = 256      # compiled signatures kept in memory (LRU)
+    tfjit_compile_in_process: bool = False   # run LLVM in this process (not the compile server)
 
 
 _ALIASES = {"tf_xla_" + f.name[len("tfjit_"):]: f.name for f in dataclasses.fields(Flags)}
@@ -131,3 +133,14 @@ def cache_root() -> str:
 def tf_dump_graph_prefix() -> str:
     """TensorFlow's ``TF_DUMP_GRAPH_PREFIX``: where graph dumps go (clustering debug)."""
     return os.environ.get("TF_DUMP_GRAPH_PREFIX", "")
+
+
+@functools.lru_cache(maxsize=1)
+def onednn_enabled() -> bool:
+    """Does TensorFlow rewrite graphs to its oneDNN kernels (``TF_ENABLE_ONEDNN_OPTS``,
+    which TF turns on by itself on CPUs with AVX512_VNNI/BF16 or AMX)?"""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False

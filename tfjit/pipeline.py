@@ -84,11 +84,12 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
     llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages, parallel=True)
     kinds = {f.kind for f in fusion.walk(fusions)}
+    runtime = []             # op library functions the code calls
     if "library" in kinds:   # dot/conv call the op library (TF's kernels)
-        llvm_cpu.define_symbols(launch.symbol_addresses(library.runtime_symbols()))
+        runtime += library.runtime_symbols()
     if kinds & set(fusion.CONTROL):   # loop drivers shard big steps through the op library
-        llvm_cpu.define_symbols(launch.symbol_addresses([control.PARALLEL_FOR]))
-    code = objcache.compile_module(llmod, [s for s, _, _ in steps])   # persistent cache
+        runtime.append(control.PARALLEL_FOR)
+    code = objcache.compile_module(llmod, [s for s, _, _ in steps], runtime=runtime)
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],
@@ -97,6 +98,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         output_source=plan.output_source,
         output_forward=[-1] * len(m.outputs),
         temp_bytes=plan.temp_bytes,
+        temp_offsets=plan.temp_offsets,
         steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
         messages=messages,
         update_inputs=list(m.updates),

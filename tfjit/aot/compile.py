@@ -17,7 +17,7 @@ import llvmlite.binding as llvm
 from tfjit.aot import driver
 from tfjit.aot.config import AotError
 from tfjit.aot.frontend import Cluster
-from tfjit.codegen import llvm_cpu
+from tfjit.codegen import llvm_cpu, llvm_target
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.graph.graphdef import Graph
 from tfjit.lower.graph_to_ir import LoweringError, lower_cluster
@@ -46,7 +46,7 @@ class Target:
         same_host = triple == host and not self.cpu
         cpu = self.cpu or (llvm.get_host_cpu_name() if same_host else "x86-64")
         # the host's features (wide vectors preferred, see llvm_cpu) when compiling for this CPU
-        features = self.features if self.features or not same_host else llvm_cpu._features()
+        features = self.features if self.features or not same_host else llvm_target.features()
         return triple, cpu, features
 
     def machine(self):
@@ -91,9 +91,9 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
                        "not link the runtime library (dot, convolution and its gradients) yet")
     plan = buffers.assign(m, fusions)
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
-    llmod, steps = llvm_cpu.emit_module(prefix, fusions, plan, messages)
-    llmod.triple = triple
-    llmod.data_layout = str(tm.target_data)
+    llmod, steps = llvm_cpu.emit_module(prefix, fusions, plan, messages,
+                                        target={"triple": triple,
+                                                "data_layout": str(tm.target_data)})
     driver.internalize(llmod)
     output_bytes = [o.size * o.dtype.itemsize for o in m.outputs]
     layout = driver.emit(llmod, prefix, steps, plan, output_bytes, messages,

@@ -82,9 +82,8 @@ def emit(module: ir.Module, prefix: str, steps: list, plan, output_bytes: list,
     messages = ["no error"] + list(kernel_messages) + list(DRIVER_MESSAGES)
     base = len(kernel_messages)
     layout = Layout(0, [], messages, base + 1, base + 2, base + 3)
-    for nbytes in plan.temp_bytes:
-        layout.temp_offsets.append(layout.temp_bytes)
-        layout.temp_bytes += _round_up(nbytes)
+    layout.temp_offsets = list(plan.temp_offsets)     # temps with disjoint lifetimes overlap
+    layout.temp_bytes = _round_up(plan.arena_bytes) if plan.temp_bytes else 0
     _emit_run_with_temps(module, prefix, steps, plan, output_bytes, layout, x86)
     _emit_run(module, prefix, layout)
     _emit_error_message(module, prefix, messages)

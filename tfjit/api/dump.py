@@ -222,14 +222,16 @@ def plan_section(m, plan) -> str:
         for k in slots:
             held.setdefault(k, []).append(instr)
     lines = [f"// buffer plan: {plan.num_inputs} input(s), {plan.num_outputs} output(s), "
-             f"{len(plan.temp_bytes)} temp(s), status in slot {plan.status_slot}"]
+             f"{len(plan.temp_bytes)} temp(s) in a {plan.arena_bytes}-byte arena, "
+             f"status in slot {plan.status_slot}"]
     for k in range(plan.status_slot):
         if k < plan.num_inputs:
             what = f"input {k}"
         elif k < plan.num_inputs + plan.num_outputs:
             what = f"output {k - plan.num_inputs}"
         else:
-            what = f"temp, {plan.temp_bytes[k - plan.num_inputs - plan.num_outputs]} bytes"
+            t = k - plan.num_inputs - plan.num_outputs
+            what = f"temp, {plan.temp_bytes[t]} bytes at arena offset {plan.temp_offsets[t]}"
         values = ", ".join(f"{i!r} {shape_str(i)}" for i in held.get(k, []))
         lines.append(f"// slot {k}: {what}" + (f" <- {values}" if values else ""))
     for f, k in plan.scratch.items():

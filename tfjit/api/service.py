@@ -54,6 +54,8 @@ class CompileService:
     def install(self) -> None:
         with self._lock:
             if not self.installed:
+                from tfjit.codegen import llvm_cpu
+                llvm_cpu.start_server()      # it starts up while the op library loads
                 launch.load(os.path.join(config.cache_root(), "ops"))
                 launch.set_compile_callback(self.on_miss)
                 self.installed = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tfjit import config
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
 from tfjit.ir.ops import Op
@@ -101,13 +102,18 @@ def tf_kernel(i) -> tuple[int, str]:
     Which kernel is faster depends on the CPU more than on the op: on 2 AVX2 cores
     Eigen's convolution beat oneDNN's for input depths over 4 (up to 1.7x) and lost
     below (1.3-2.6x); on 2 AVX-512 cores with VNNI oneDNN's won or tied on every
-    shape of the Keras CNN and MobileNetV2 (Eigen's up to 2.5x slower).  So a call
-    that either kernel can run is timed where it runs (runtime/tf_kernels.cc:
-    MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes)."""
+    shape of the Keras CNN and MobileNetV2 (Eigen's up to 2.5x slower).  Where TF
+    itself runs oneDNN's kernels (it turns them on for such CPUs) so does tfjit; else
+    a call that either kernel can run is timed where it runs (runtime/tf_kernels.cc:
+    MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
+    kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
+    Keras CNN step), which is why it is not done where the answer is known."""
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
         return DEFAULT, "oneDNN refuses padding wider than the filter window"
+    if config.onednn_enabled():
+        return ONEDNN, "TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS)"
     return MEASURED, "the faster of TF's default and oneDNN kernels, timed at its first run"
 
 

@@ -1,82 +1,102 @@
-"""The CPU target: LLVM IR for the host CPU, optimised at O3, loaded with MCJIT.
+"""The CPU target: LLVM IR for the host CPU, optimised at O3, turned into machine code.
 
 What differs from other targets is only here: the target machine (host CPU
 name and features, so AVX-512 is used where present), transcendental math
 (``mathlib``: branch-free polynomials that the loop vectoriser can widen), and
-how machine code is loaded.
+how machine code is made and loaded.  Two ways, one pipeline (``optimise``):
+
+* through the compile server (``jit_server``, the default): LLVM runs in a
+  process of its own and returns a position-independent object, which
+  ``runtime/loader.py`` links and dlopens; this process never loads LLVM;
+* in this process, with MCJIT: ``--tfjit_compile_in_process``, or where there
+  is no system linker.  Dumps and introspection of assembly use it too when
+  the server is off.
+
+llvmlite's IR builder is plain Python; only ``llvmlite.binding`` loads LLVM, so
+it is imported (``llvm_target``) only on the in-process path and in the server.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
+import logging
 import threading
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
-from tfjit.codegen import control, indexing, library, mathlib
+from tfjit.codegen import control, indexing, library, llvm_target, mathlib
 from tfjit.codegen.elemental import MESSAGES
+from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
 from tfjit.codegen.update import UpdateEmitter
 
+log = logging.getLogger("tfjit")
 _lock = threading.Lock()
 
 
-def _new_target_machine():
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    target = llvm.Target.from_default_triple()
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=_features(),
-                                        opt=3, codemodel="jitdefault", jit=True)
+_client = None
 
 
-@functools.lru_cache(maxsize=None)
-def target_machine():
-    """The shared target machine for layout, optimisation and assembly printing.
+def server():
+    """The compile server's client, or None when LLVM runs in this process."""
+    global _client
+    from tfjit import config
+    from tfjit.codegen import jit_server
+    from tfjit.runtime import loader
+    if config.flags().tfjit_compile_in_process:
+        return None
+    with _lock:
+        if _client is None:
+            if loader.linker() is None:
+                log.info("tfjit: no system linker (ld): LLVM runs in this process")
+                _client = False
+            else:
+                _client = jit_server.Client()
+    return _client or None
 
-    Never hand it to MCJIT: an execution engine takes ownership of its target
-    machine and frees it with the engine (see ``compile_module``)."""
-    return _new_target_machine()
+
+def start_server() -> None:
+    """Starts the compile server now, if there is to be one, so that its start-up
+    (Python, llvmlite, LLVM's target) overlaps whatever the caller does next."""
+    client = server()
+    if client is not None:
+        client.start()
 
 
-def _features() -> str:
-    """Host features; wide vectors preferred (LLVM defaults to 256-bit on AVX-512 parts,
-    which halves the throughput of the memory-bound loops tfjit emits)."""
-    features = llvm.get_host_cpu_features().flatten()
-    return features + ",-prefer-256-bit" if "+avx512f" in features else features
-
-
-def cpu_fingerprint() -> str:
-    """What the machine code depends on besides its IR: target triple, host CPU name and the
-    features it was compiled for.  Part of the persistent cache key (``objcache``), so code
-    built for another CPU (say, with AVX-512 where this one has none) is never loaded."""
-    return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {_features()}"
+def target_env() -> dict:
+    """{"triple", "data_layout", "cpu", "llvm"} of the code this process gets."""
+    client = server()
+    if client is not None:
+        return client.env() | {"loader": "dlopen"}
+    return llvm_target.env(target_machine()) | {"loader": "mcjit"}
 
 
 @dataclasses.dataclass
 class MachineCode:
     """Loaded code for one cluster; keep it alive while its addresses are used."""
-    engine: object
+    engine: object           # what holds the code: an MCJIT engine, or a dlopen handle
     addresses: dict          # symbol -> address
     llvm_ir: str             # before optimisation
     optimized_ir: str
     from_cache: bool = False  # loaded from the persistent cache (objcache), not compiled
 
     def asm(self) -> str:
-        return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
+        client = server()
+        if client is not None:
+            return client.request("asm", self.optimized_ir)
+        with _lock:
+            return target_machine().emit_assembly(binding().parse_assembly(self.optimized_ir))
 
 
 def emit_module(name: str, fusions: list, plan, messages: list | None = None,
-                parallel: bool = False) -> tuple:
+                parallel: bool = False, target: dict | None = None) -> tuple:
     """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).  ``messages``
     (``elemental.MESSAGES`` and more) receives the runtime error texts kernels add;
     status code k reports ``messages[k - 1]``.  ``parallel``: loop drivers shard their
     big steps through the op library's ``tfjit_rt_parallel_for`` (the JIT; an AOT object
-    has no op library)."""
+    has no op library).  ``target``: its "triple" and "data_layout" (default: the JIT's)."""
     messages = list(MESSAGES) if messages is None else messages
     module = ir.Module(name=name)
-    module.triple = llvm.get_process_triple()
-    module.data_layout = str(target_machine().target_data)
+    target = target or target_env()
+    module.triple, module.data_layout = target["triple"], target["data_layout"]
     return module, emit_kernels(module, fusions, plan, name, messages, parallel)
 
 
@@ -101,36 +121,68 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     return steps
 
 
-def define_symbols(addresses: dict) -> None:
-    """Makes runtime-library functions (``{name: address}``) resolvable by the code
-    MCJIT loads from now on (process-wide, as the dynamic linker would)."""
+def _bind_in_process(runtime: list) -> None:
+    """Makes the op library's functions ``runtime`` resolvable by the code MCJIT loads
+    from now on (process-wide, as the dynamic linker would)."""
+    if not runtime:
+        return
+    from tfjit.runtime import launch
+    addresses = launch.symbol_addresses(runtime)
+    llvm = binding()
     with _lock:
         for name, address in addresses.items():
             llvm.add_symbol(name, address)
 
 
-def _optimise(mod) -> None:
-    tm = target_machine()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+def _libraries(runtime: list) -> list:
+    """The shared libraries that code calling the op library's ``runtime`` functions needs."""
+    from tfjit.runtime import launch
+    return [launch.library_path()] if runtime else []
 
 
-def compile_module(module: ir.Module, symbols: list) -> MachineCode:
-    return compile_ir(str(module), symbols)
+def _in_process_from_now_on(why: str) -> None:
+    global _client
+    from tfjit.codegen import objcache
+    log.warning("tfjit: %s; LLVM runs in this process from now on", why)
+    with _lock:
+        _client = False
+    objcache.environment.cache_clear()     # its key names the loader
 
 
-def compile_ir(text: str, symbols: list, on_object=None) -> MachineCode:
-    """Optimises and loads LLVM IR text; ``on_object(bytes)`` receives the object file MCJIT
-    generated (what the persistent cache stores; see ``load_object``)."""
+def compile_module(module: ir.Module, symbols: list, runtime: list = ()) -> MachineCode:
+    return compile_ir(str(module), symbols, runtime=runtime)
+
+
+def compile_ir(text: str, symbols: list, on_object=None, runtime: list = ()) -> MachineCode:
+    """Optimises LLVM IR text and loads its machine code; ``on_object(bytes)`` receives the
+    object file (what the persistent cache stores; see ``load_object``).  ``runtime``: the
+    op library's functions the code calls (dot, convolution, parallel_for).
+
+    Code the server made but this process cannot load (no linker at run time, a /tmp
+    mounted noexec, ...) says why once, and LLVM runs here from then on."""
+    client = server()
+    if client is not None:
+        try:
+            client.start()
+        except OSError as e:       # cannot start a process: say so, compile here
+            _in_process_from_now_on(f"cannot start the compile server ({e})")
+            return compile_ir(text, symbols, on_object, runtime)
+        obj, optimized_ir = client.request("compile", text)
+        try:
+            code = load_object(obj, symbols, text, optimized_ir, runtime, from_cache=False)
+        except ValueError as e:
+            _in_process_from_now_on(f"cannot load code from the compile server: {e}")
+            return compile_ir(text, symbols, on_object, runtime)
+        if on_object is not None:
+            on_object(obj)
+        return code
+    _bind_in_process(runtime)
+    llvm = binding()
     with _lock:   # LLVM's global state (pass registration, MCJIT) is not thread-safe
         mod = llvm.parse_assembly(text)
         mod.verify()
-        _optimise(mod)
-        engine = llvm.create_mcjit_compiler(mod, _new_target_machine())   # owned by the engine
+        optimise(mod, target_machine())
+        engine = llvm.create_mcjit_compiler(mod, new_target_machine())   # owned by the engine
         if on_object is not None:   # MCJIT calls it once codegen is done, in finalize_object
             engine.set_object_cache(lambda _module, obj: on_object(obj))
         engine.finalize_object()
@@ -138,16 +190,26 @@ def compile_ir(text: str, symbols: list, on_object=None) -> MachineCode:
     return MachineCode(engine, addresses, text, str(mod))
 
 
-def load_object(obj: bytes, symbols: list, llvm_ir: str, optimized_ir: str) -> MachineCode:
+def load_object(obj: bytes, symbols: list, llvm_ir: str, optimized_ir: str,
+                runtime: list = (), from_cache: bool = True) -> MachineCode:
     """Loads an object file that ``compile_ir`` produced on this CPU (no optimisation, no
-    codegen).  The caller must have verified ``obj`` (a checksum): LLVM trusts object files.
-    ValueError when a symbol is missing."""
+    codegen).  The caller must have verified ``obj`` (a checksum): LLVM and the dynamic
+    linker trust object files.  ValueError when a symbol is missing or it does not load."""
+    if server() is not None:
+        from tfjit.runtime import loader
+        try:
+            handle, addresses = loader.load(obj, symbols, _libraries(runtime))
+        except loader.LinkError as e:
+            raise ValueError(str(e)) from None
+        return MachineCode(handle, addresses, llvm_ir, optimized_ir, from_cache=from_cache)
+    _bind_in_process(runtime)
+    llvm = binding()
     with _lock:
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))   # LLVM copies the bytes
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
     missing = [s for s, a in addresses.items() if not a]
     if missing:
         raise ValueError(f"object file lacks symbols {missing}")
-    return MachineCode(engine, addresses, llvm_ir, optimized_ir, from_cache=True)
+    return MachineCode(engine, addresses, llvm_ir, optimized_ir, from_cache=from_cache)

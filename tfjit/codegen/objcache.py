@@ -9,10 +9,11 @@ steps, buffer plan and output layout the executable needs, so nothing of
 those has to be serialised (or kept in step with the code that makes them).
 
 The key is a sha256 of the *unoptimised LLVM IR text* plus everything else the
-machine code depends on: the tfjit version, the source of ``llvm_cpu.py``
-(optimisation pipeline and target options live there, and ``__version__`` is
-not bumped for every change), the llvmlite and LLVM versions, and the host
-CPU (``llvm_cpu.cpu_fingerprint``: triple, CPU name, features).  Keying by the
+machine code depends on: the tfjit version, the source of ``llvm_cpu.py`` and
+``llvm_target.py`` (optimisation pipeline and target options live there, and
+``__version__`` is not bumped for every change), the llvmlite and LLVM versions,
+the host CPU (``llvm_target.cpu_fingerprint``: triple, CPU name, features) and
+the loader (an MCJIT object is not a shared library's).  Keying by the
 LLVM IR rather than by the tfjit IR + plan means every change to lowering,
 fusion, the emitter or the math library changes the key by itself; no
 hand-maintained version number can be forgotten.  Entries for other CPUs or
@@ -25,10 +26,9 @@ import hashlib
 import struct
 
 import llvmlite
-import llvmlite.binding as llvm
 
 import tfjit
-from tfjit.codegen import llvm_cpu
+from tfjit.codegen import llvm_cpu, llvm_target
 from tfjit.runtime import diskcache
 
 _PAYLOAD = struct.Struct("<QQ")       # object bytes, optimised IR bytes; then both
@@ -37,14 +37,19 @@ _PAYLOAD = struct.Struct("<QQ")       # object bytes, optimised IR bytes; then b
 @functools.lru_cache(maxsize=None)
 def environment() -> bytes:
     """The part of the key shared by every module this process compiles."""
-    with open(llvm_cpu.__file__, "rb") as f:
-        codegen_source = hashlib.sha256(f.read()).hexdigest()
+    source = hashlib.sha256()
+    for module in (llvm_cpu, llvm_target):      # pipeline and target options
+        with open(module.__file__, "rb") as f:
+            source.update(f.read())
+    codegen_source = source.hexdigest()
+    env = llvm_cpu.target_env()
     return "\n".join([
         "tfjit " + tfjit.__version__,
-        "llvm_cpu.py " + codegen_source,
+        "llvm_cpu.py llvm_target.py " + codegen_source,
         "llvmlite " + llvmlite.__version__,
-        "LLVM " + ".".join(map(str, llvm.llvm_version_info)),
-        "cpu " + llvm_cpu.cpu_fingerprint(),
+        "LLVM " + env["llvm"],
+        "cpu " + env["cpu"],
+        "loader " + env["loader"],      # an MCJIT object and a shared-library one differ
     ]).encode()
 
 
@@ -76,24 +81,24 @@ def unpack_payload(payload: bytes) -> tuple:
     return obj, optimized_ir
 
 
-def compile_module(module, symbols: list, cache: diskcache.DiskCache | None = None
-                   ) -> llvm_cpu.MachineCode:
+def compile_module(module, symbols: list, cache: diskcache.DiskCache | None = None,
+                   runtime: list = ()) -> llvm_cpu.MachineCode:
     """``llvm_cpu.compile_module`` through the persistent cache (the flags' directory unless
     ``cache`` is given; straight compilation when the cache is off)."""
     cache = cache if cache is not None else diskcache.active()
     if cache is None:
-        return llvm_cpu.compile_module(module, symbols)
+        return llvm_cpu.compile_module(module, symbols, runtime)
     text = str(module)
     key = cache_key(text)
     payload = cache.get(key)        # verified against the key and its checksum, or None
     if payload is not None:
         try:
             obj, optimized_ir = unpack_payload(payload)
-            return llvm_cpu.load_object(obj, symbols, text, optimized_ir)
+            return llvm_cpu.load_object(obj, symbols, text, optimized_ir, runtime)
         except ValueError as e:
             cache.reject(key, str(e))
     objects = []
-    code = llvm_cpu.compile_ir(text, symbols, on_object=objects.append)
-    if len(objects) == 1:            # MCJIT compiles the one module into one object
+    code = llvm_cpu.compile_ir(text, symbols, on_object=objects.append, runtime=runtime)
+    if len(objects) == 1:            # one module makes one object
         cache.put(key, pack_payload(objects[0], code.optimized_ir))
     return code

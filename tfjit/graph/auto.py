@@ -21,10 +21,10 @@ Steps (after XLA's MarkForCompilationPass; tfjit's own code):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import itertools
 
+from tfjit import config
 from tfjit.graph import cluster as clustering
 from tfjit.graph import fallback
 from tfjit.graph.graphdef import Graph
@@ -70,18 +70,9 @@ def op_weights() -> dict:
     (lower/registry.py ``tf_passes``), except for ops TF will run as one fused oneDNN
     pass: tfjit's kernel is not faster than those, so they count as 1 again."""
     weights = multi_pass_ops()
-    if _onednn_enabled():
+    if config.onednn_enabled():
         weights = {op: n for op, n in weights.items() if op not in _ONEDNN_FUSED}
     return weights
-
-
-@functools.lru_cache(maxsize=1)
-def _onednn_enabled() -> bool:
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return False
 
 
 def op_list(text: str, flag: str) -> frozenset:

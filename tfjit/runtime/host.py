@@ -56,12 +56,13 @@ def run_executable(exe: Executable, inputs: list) -> list:
         dtype = dt.from_tf_enum(s.output_dtypes[o]).numpy()
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         outputs.append(aligned_empty(nbytes)[:nbytes].view(dtype).reshape(shape))
-    temps = [aligned_empty(s.temp_bytes[t]) for t in range(s.num_temps)]
+    arena = aligned_empty(s.arena_bytes)
+    temps = [arena.ctypes.data + s.temp_offsets[t] for t in range(s.num_temps)]
     status = aligned_empty(STATUS_BYTES)
     status[:] = 0
     code, details = status[:4].view(np.int32), status[8:].view(np.int64)
-    buffers = args + outputs + temps + [status]
-    bufs = (ctypes.c_void_p * (len(buffers) + 1))(*[b.ctypes.data for b in buffers], None)
+    pointers = [b.ctypes.data for b in args + outputs] + temps + [status.ctypes.data]
+    bufs = (ctypes.c_void_p * (len(pointers) + 1))(*pointers, None)
     for i in range(s.num_steps):
         step = s.steps[i]
         if step.rows > 0:

@@ -38,6 +38,7 @@ class TfjitExecutable(ctypes.Structure):
         ("num_messages", ctypes.c_int32), ("messages", ctypes.POINTER(ctypes.c_char_p)),
         ("num_updates", ctypes.c_int32), ("update_input", ctypes.POINTER(ctypes.c_int32)),
         ("update_in_place", ctypes.POINTER(ctypes.c_int32)),
+        ("temp_offsets", ctypes.POINTER(ctypes.c_int64)), ("arena_bytes", ctypes.c_int64),
     ]
 
 
@@ -116,13 +117,27 @@ def _array(ctype, values):
     return (ctype * max(len(values), 1))(*values)
 
 
+def arena_offsets(temp_bytes: Sequence[int]) -> list:
+    """Offsets that give every temp its own 64-byte aligned range of the arena."""
+    out, end = [], 0
+    for b in temp_bytes:
+        out.append(end)
+        end += -(-int(b) // 64) * 64
+    return out
+
+
 def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int],
                     output_shapes: Sequence[Sequence[int]], output_source: Sequence[int],
                     output_forward: Sequence[int], temp_bytes: Sequence[int],
                     steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
                     update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
+                    temp_offsets: Sequence[int] | None = None,
                     keepalive: object = None) -> Executable:
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
+
+    Temps live in one arena: temp t is ``temp_bytes[t]`` bytes at ``temp_offsets[t]``
+    (64-byte aligned; temps whose lifetimes are disjoint may overlap, see
+    passes/buffers.py); by default each has its own range.
 
     ``update_inputs``: the last ``len(update_inputs)`` outputs are new values of
     the resource-variable inputs at these indices (input dtype DT_RESOURCE);
@@ -144,6 +159,11 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         raise ValueError("update_in_place needs one entry per variable update")
     if any(b < 0 for b in temp_bytes):
         raise ValueError(f"negative temp size in {list(temp_bytes)}")
+    if temp_offsets is None:
+        temp_offsets = arena_offsets(temp_bytes)
+    if len(temp_offsets) != len(temp_bytes) or any(o < 0 or o % 64 for o in temp_offsets):
+        raise ValueError(f"temp offsets {list(temp_offsets)}: one 64-byte aligned offset per temp")
+    arena_bytes = max((o + b for o, b in zip(temp_offsets, temp_bytes)), default=0)
     for fn, rows, cost in steps:
         if not fn or rows < 0 or cost < 0:
             raise ValueError(f"bad step (fn={fn!r}, rows={rows}, cost_per_row={cost})")
@@ -159,11 +179,13 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         _array(ctypes.c_char_p, message_bytes), message_bytes,
         _array(ctypes.c_int32, update_inputs),
         _array(ctypes.c_int32, in_place),
+        _array(ctypes.c_int64, temp_offsets),
     )
     struct = TfjitExecutable(n_in, buffers[0], n_out, buffers[1], buffers[2], buffers[3],
                              buffers[4], buffers[5], len(temp_bytes), buffers[6],
                              len(steps), buffers[7], len(messages), buffers[8],
-                             len(update_inputs), buffers[10], buffers[11])
+                             len(update_inputs), buffers[10], buffers[11], buffers[12],
+                             arena_bytes)
     return Executable(struct, buffers, keepalive)
 
 
@@ -204,6 +226,12 @@ def symbol_addresses(names) -> dict:
         except AttributeError:
             raise KeyError(f"the tfjit op library ({lib.path}) does not export {name}") from None
     return out
+
+
+def library_path() -> str:
+    """The op library's file (loading it if needed): compiled code that calls its runtime
+    functions names it as a dependency (runtime/loader.py)."""
+    return _lib().path
 
 
 def load(cache_root: str | None = None) -> None:

@@ -7,6 +7,8 @@
 //   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
 //     bufs = [input_0..input_{n_in-1}, output_0..output_{n_out-1},
 //             temp_0..temp_{n_temp-1}, status, device]
+//     (the temps are ranges of one arena, at temp_offsets; temps whose
+//     lifetimes are disjoint may share bytes)
 //     status points to a TfjitStatus (64 bytes): code, 0 at the start of each
 //     launch. On an error a kernel stores k > 0 in code (messages[k-1] describes
 //     it) and may return early; any thread may store it. A kernel that reports
@@ -74,6 +76,7 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/util/work_sharder.h"
+#include "arena.h"
 #include "runtime.h"
 #include "variables.h"
 
@@ -95,6 +98,8 @@ struct TfjitExecutable {
   int32_t num_messages; const char* const* messages;  // status k -> messages[k-1]
   int32_t num_updates; const int32_t* update_input;   // trailing outputs -> variable inputs
   const int32_t* update_in_place;                      // per update: may overwrite the old value
+  const int64_t* temp_offsets;     // per temp: its 64-byte aligned offset in one arena
+  int64_t arena_bytes;             // the arena's size (temps with disjoint lifetimes overlap)
 };
 
 typedef int32_t (*TfjitCompileCallback)(
@@ -435,17 +440,21 @@ class TfjitLaunchOp : public AsyncOpKernel {
     absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
     absl::InlinedVector<bool, 4> in_place(exe.num_updates, false);
     TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs.data() + n_in, &updates, &in_place));
-    absl::InlinedVector<Tensor, 4> temps(n_tmp);
-    for (int t = 0; t < n_tmp; ++t) {
-      TensorShape shape;
-      TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape({exe.temp_bytes[t]}, &shape));
-      TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, shape, &temps[t]));
-      void* data = Data(temps[t]);
-      if (reinterpret_cast<uintptr_t>(data) % 64 != 0) {
-        return absl::InternalError("tfjit: temp buffer is not 64-byte aligned");
+    Tensor arena;      // back to the cache when this launch ends (arena.h)
+    if (n_tmp > 0) {
+      arena = tfjit::Arenas().Take(&exe, exe.arena_bytes);
+      if (arena.TotalBytes() == 0) {     // none idle (a default Tensor counts as initialised)
+        TensorShape shape;
+        TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape(
+            {std::max<int64_t>(exe.arena_bytes, 1)}, &shape));
+        TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, shape, &arena));
       }
-      bufs[n_in + n_out + t] = data;
-      AdviseHugePages(data, exe.temp_bytes[t]);
+      char* base = static_cast<char*>(Data(arena));
+      if (reinterpret_cast<uintptr_t>(base) % 64 != 0) {
+        return absl::InternalError("tfjit: temp arena is not 64-byte aligned");
+      }
+      for (int t = 0; t < n_tmp; ++t) bufs[n_in + n_out + t] = base + exe.temp_offsets[t];
+      AdviseHugePages(base, exe.arena_bytes);
     }
     TfjitStatus status{};
     tfjit::RuntimeContext runtime;
@@ -455,6 +464,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
     for (int s = 0; s < exe.num_steps && status.code == 0; ++s) {
       RunStep(ctx, exe.steps[s], bufs.data());
     }
+    if (arena.TotalBytes() > 0) tfjit::Arenas().Give(&exe, std::move(arena));
     if (status.code == 0) {
       for (int u = 0; u < exe.num_updates; ++u) {
         Var* var = vars.var(exe.update_input[u]);
@@ -592,6 +602,7 @@ TFJIT_EXPORT void TfjitClearCache() {
   tensorflow::GlobalCache& cache = tensorflow::Cache();
   absl::MutexLock l(&cache.mu);
   cache.map.clear();
+  tensorflow::tfjit::Arenas().Clear();
   tensorflow::g_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 

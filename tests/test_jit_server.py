@@ -1,0 +1,129 @@
+"""LLVM in its own process (codegen/jit_server.py) and code loaded by dlopen (runtime/loader.py).
+
+The process that runs TensorFlow never loads LLVM: checked in a fresh process
+through /proc/self/maps.  A server that dies is a compile error (auto mode then
+falls back to TensorFlow) and the next compile starts a new one; without a
+system linker, or with ``--tfjit_compile_in_process``, LLVM runs in-process.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+from tfjit import config
+from tfjit.codegen import jit_server, llvm_cpu
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _fn(scale):
+    # a matmul (the op library's kernel, a dependency of the loaded code) and a fused loop
+    return lambda a, b: tf.nn.relu(tf.matmul(a, b) * scale + 1.0)
+
+
+def _inputs():
+    rng = np.random.default_rng(5)
+    return [tf.constant(rng.standard_normal((6, 5), dtype=np.float32)),
+            tf.constant(rng.standard_normal((5, 7), dtype=np.float32))]
+
+
+def _check(fn):
+    xs = _inputs()
+    f = tfjit.function(fn, jit_compile=True)
+    assert_matches(f(*xs).numpy(), tf.function(fn)(*xs).numpy(), rtol=1e-5, atol=1e-5)
+    return f.compiled(*xs).code
+
+
+FRESH = '''
+import numpy as np, tensorflow as tf, tfjit, sys
+f = tfjit.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b) + 1.0, axis=1), jit_compile=True)
+a = np.arange(12, dtype=np.float32).reshape(3, 4)
+got = f(a, a.T).numpy()
+np.testing.assert_allclose(got, tf.reduce_sum(tf.matmul(a, a.T) + 1.0, axis=1).numpy(), rtol=1e-6)
+mapped = sorted({line.split()[-1] for line in open("/proc/self/maps") if "llvm" in line.lower()})
+print("MAPPED", mapped, "BINDING", "llvmlite.binding" in sys.modules)
+'''
+
+
+def test_the_tensorflow_process_never_loads_llvm():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TFJIT_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", FRESH], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MAPPED [] BINDING False" in proc.stdout, proc.stdout
+
+
+def test_code_is_a_loaded_shared_library():
+    code = _check(_fn(2.0))
+    assert code.engine.__class__.__name__ == "CDLL"
+    assert ".text" in code.asm()          # the server prints assembly too
+
+
+def test_a_server_that_dies_is_an_error_and_the_next_compile_starts_another():
+    client = llvm_cpu.server()
+    _check(_fn(3.0))
+    first = client.pid
+    with pytest.raises(jit_server.ServerDied, match=r"ended \(exit code 7\) while running 'exit'"):
+        client.request("exit", 7)
+    code = _check(_fn(4.0))               # a new server
+    assert client.pid not in (None, first)
+    os.kill(client.pid, signal.SIGKILL)   # killed between compiles: noticed before sending
+    os.waitpid(client.pid, 0)
+    _check(_fn(5.0))
+
+
+def test_a_server_crash_is_a_must_compile_error_and_an_auto_mode_fallback(monkeypatch, caplog):
+    original = jit_server.Client.request
+
+    def request(self, *message):
+        if message[0] == "compile":
+            raise jit_server.ServerDied("tfjit's LLVM compile server ended (signal 11) while "
+                                        "running 'compile'")
+        return original(self, *message)
+    monkeypatch.setattr(jit_server.Client, "request", request)
+    xs = _inputs()
+    with pytest.raises(Exception, match="signal 11"):
+        tfjit.function(_fn(6.0), jit_compile=True)(*xs)
+    with caplog.at_level(logging.WARNING, logger="tfjit"):
+        got = tfjit.function(_fn(7.0), jit_compile=None)(*xs)     # auto mode: TF runs it
+    assert any("signal 11" in r.getMessage() for r in caplog.records), caplog.text
+    assert_matches(got.numpy(), tf.function(_fn(7.0))(*xs).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("why", ["flag", "no linker"])
+def test_llvm_in_process(why, monkeypatch):
+    from tfjit.runtime import loader
+    monkeypatch.setattr(llvm_cpu, "_client", None)
+    if why == "flag":
+        monkeypatch.setattr(config.flags(), "tfjit_compile_in_process", True)
+    else:
+        monkeypatch.setattr(loader, "linker", lambda: None)
+    code = _check(_fn(8.0 if why == "flag" else 9.0))
+    assert code.engine.__class__.__name__ != "CDLL"       # MCJIT's engine
+    assert llvm_cpu.target_env()["loader"] == "mcjit"
+
+
+def test_code_that_cannot_be_loaded_moves_llvm_into_this_process(monkeypatch, caplog):
+    # e.g. a /tmp mounted noexec: said once, and compiling goes on in-process
+    from tfjit.runtime import loader
+
+    def refuse(*args, **kwargs):
+        raise loader.LinkError("loading compiled code failed: failed to map segment")
+    monkeypatch.setattr(llvm_cpu, "_client", llvm_cpu.server())
+    monkeypatch.setattr(loader, "load", refuse)
+    with caplog.at_level(logging.WARNING, logger="tfjit"):
+        code = _check(_fn(10.0))
+    assert code.engine.__class__.__name__ != "CDLL"
+    assert "failed to map segment; LLVM runs in this process from now on" in caplog.text
+    assert llvm_cpu.server() is None
+    _check(_fn(11.0))

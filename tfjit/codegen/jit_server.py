@@ -1,0 +1,152 @@
+"""LLVM in a process of its own: optimisation and code generation for the JIT.
+
+Why: LLVM is about 80 MB of the JIT process's peak memory (its library's pages,
+38 MB of them touched just to set up the target, more while generating code),
+TensorFlow programs often run close to their memory limit, and an LLVM abort
+on some unusual IR would end the user's program.  So the process that runs
+TensorFlow never loads LLVM: it builds the LLVM IR text (llvmlite.ir is plain
+Python), sends it here, gets back a position-independent object file and the
+optimised IR, links the object into a shared library with the system linker
+and loads that (``runtime/loader.py``).  A crash here is a compile error there
+(auto mode falls back; must-compile reports it), and the next compile starts
+a new server.
+
+Protocol: length-prefixed pickles on the server's stdin/stdout, one request
+and one reply at a time: ``("env",)`` -> ``{"triple", "data_layout",
+"cpu", "llvm"}``; ``("compile", ir_text)`` -> ``(object bytes, optimised IR)``;
+``("asm", optimised_ir)`` -> assembly text.  A reply is ``("ok", value)`` or
+``("error", message)``.  The server imports llvmlite and ``llvm_target`` (not
+TensorFlow, nor the rest of the compiler: it is up in about 0.1 s), and lives as
+long as its client's process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+
+_HEADER = struct.Struct("<Q")
+
+
+def _send(stream, message) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream):
+    """The next message, or raises EOFError when the other side is gone."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    size, = _HEADER.unpack(header)
+    data = stream.read(size)
+    if len(data) < size:
+        raise EOFError
+    return pickle.loads(data)
+
+
+class ServerDied(RuntimeError):
+    """The compile server ended while compiling (an LLVM crash, or it was killed)."""
+
+
+class Client:
+    """The JIT process's end: starts the server on first use and again after it died."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._proc = None
+        self._pid = None          # the process that started the server (a fork needs its own)
+        self._env = None
+
+    def _start(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)    # the server imports tfjit from where this process does
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+        self._proc = subprocess.Popen([sys.executable, "-m", "tfjit.codegen.jit_server"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._pid = os.getpid()
+
+    def _running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self._pid == os.getpid()
+
+    def start(self) -> None:
+        """Starts the server unless it runs (returns at once: it starts up meanwhile)."""
+        with self._lock:
+            if not self._running():
+                self._start()
+
+    def request(self, *message):
+        with self._lock:
+            if not self._running():
+                self._start()
+            try:
+                _send(self._proc.stdin, message)
+                status, value = _receive(self._proc.stdout)
+            except (EOFError, BrokenPipeError, OSError):
+                code = self._proc.wait()
+                self._proc = None
+                how = f"signal {-code}" if code < 0 else f"exit code {code}"
+                raise ServerDied(f"tfjit's LLVM compile server ended ({how}) while running "
+                                 f"{message[0]!r}; the next compile starts a new one") from None
+        if status == "error":
+            raise RuntimeError(value)
+        return value
+
+    def env(self) -> dict:
+        """Triple, data layout, CPU fingerprint and LLVM version of the server's target."""
+        if self._env is None:
+            self._env = self.request("env")
+        return self._env
+
+    def close(self) -> None:
+        with self._lock:
+            if self._running():
+                self._proc.stdin.close()
+                self._proc.wait()
+            self._proc = None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while one runs (for tests)."""
+        return self._proc.pid if self._running() else None
+
+
+def _serve(inp, out) -> None:
+    from tfjit.codegen import llvm_target       # LLVM, and nothing else of the compiler
+    llvm = llvm_target.binding()
+    tm = llvm_target.shared_object_target_machine()
+
+    def handle(kind, *args):
+        if kind == "env":
+            return llvm_target.env(tm)
+        if kind == "compile":
+            mod = llvm.parse_assembly(args[0])
+            mod.verify()
+            llvm_target.optimise(mod, tm)
+            return tm.emit_object(mod), str(mod)
+        if kind == "asm":
+            return tm.emit_assembly(llvm.parse_assembly(args[0]))
+        if kind == "exit":                 # tests: a server that dies mid-request
+            os._exit(int(args[0]))
+        raise ValueError(f"unknown request {kind!r}")
+
+    while True:
+        try:
+            message = _receive(inp)
+        except EOFError:
+            return
+        try:
+            reply = ("ok", handle(*message))
+        except Exception as e:    # noqa: BLE001 - every failure goes back as a reply
+            reply = ("error", f"{type(e).__name__}: {e}")
+        _send(out, reply)
+
+
+if __name__ == "__main__":
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)        # whatever prints goes to stderr, never into the replies
+    _serve(sys.stdin.buffer, replies)
