@@ -127,3 +127,20 @@ def test_code_that_cannot_be_loaded_moves_llvm_into_this_process(monkeypatch, ca
     assert "failed to map segment; LLVM runs in this process from now on" in caplog.text
     assert llvm_cpu.server() is None
     _check(_fn(11.0))
+
+
+def test_an_idle_server_leaves_and_the_next_request_starts_another():
+    import time
+    client = jit_server.Client(idle_seconds=0.3)
+    try:
+        assert client.request("env")["triple"]
+        time.sleep(1.0)                       # idle: it exits by itself
+        assert client.pid is None and client._proc.poll() == jit_server.IDLE_EXIT
+        assert client.request("env")["triple"] and client.starts == 2
+        # a server that leaves idle just as a request comes: the request is sent again,
+        # once (here the request itself makes every server leave so)
+        with pytest.raises(jit_server.ServerDied, match="exit code 75"):
+            client.request("exit", jit_server.IDLE_EXIT)
+        assert client.starts == 3
+    finally:
+        client.close()

@@ -16,13 +16,15 @@ and one reply at a time: ``("env",)`` -> ``{"triple", "data_layout",
 "cpu", "llvm"}``; ``("compile", ir_text)`` -> ``(object bytes, optimised IR)``;
 ``("asm", optimised_ir)`` -> assembly text.  A reply is ``("ok", value)`` or
 ``("error", message)``.  The server imports llvmlite and ``llvm_target`` (not
-TensorFlow, nor the rest of the compiler: it is up in about 0.1 s), and lives as
-long as its client's process.
+TensorFlow, nor the rest of the compiler: it is up in about 0.1 s); it ends with
+its client's process, or after ``IDLE_SECONDS`` without a request (the next
+request starts a new one).
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
@@ -53,22 +55,32 @@ class ServerDied(RuntimeError):
     """The compile server ended while compiling (an LLVM crash, or it was killed)."""
 
 
-class Client:
-    """The JIT process's end: starts the server on first use and again after it died."""
+# A server idle this long exits (its ~110 MB go back; a model compiles at its start, then
+# trains for hours), and the next request starts a new one (~0.1 s).
+IDLE_SECONDS = 60.0
+IDLE_EXIT = 75          # the exit code of a server that left because it was idle
 
-    def __init__(self):
+
+class Client:
+    """The JIT process's end: starts the server on first use and again after it ended."""
+
+    def __init__(self, idle_seconds: float = IDLE_SECONDS):
         self._lock = threading.Lock()
         self._proc = None
         self._pid = None          # the process that started the server (a fork needs its own)
         self._env = None
+        self.idle_seconds = idle_seconds
+        self.starts = 0           # servers started so far
 
     def _start(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)    # the server imports tfjit from where this process does
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-        self._proc = subprocess.Popen([sys.executable, "-m", "tfjit.codegen.jit_server"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tfjit.codegen.jit_server", str(self.idle_seconds)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self._pid = os.getpid()
+        self.starts += 1
 
     def _running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._pid == os.getpid()
@@ -81,17 +93,21 @@ class Client:
 
     def request(self, *message):
         with self._lock:
-            if not self._running():
-                self._start()
-            try:
-                _send(self._proc.stdin, message)
-                status, value = _receive(self._proc.stdout)
-            except (EOFError, BrokenPipeError, OSError):
-                code = self._proc.wait()
-                self._proc = None
-                how = f"signal {-code}" if code < 0 else f"exit code {code}"
-                raise ServerDied(f"tfjit's LLVM compile server ended ({how}) while running "
-                                 f"{message[0]!r}; the next compile starts a new one") from None
+            for attempt in (1, 2):
+                if not self._running():
+                    self._start()
+                try:
+                    _send(self._proc.stdin, message)
+                    status, value = _receive(self._proc.stdout)
+                    break
+                except (EOFError, BrokenPipeError, OSError):
+                    code = self._proc.wait()
+                    self._proc = None
+                    if code == IDLE_EXIT and attempt == 1:   # it left as the request came
+                        continue
+                    how = f"signal {-code}" if code < 0 else f"exit code {code}"
+                    raise ServerDied(f"tfjit's LLVM compile server ended ({how}) while running "
+                                     f"{message[0]!r}; the next compile starts a new one") from None
         if status == "error":
             raise RuntimeError(value)
         return value
@@ -115,7 +131,9 @@ class Client:
         return self._proc.pid if self._running() else None
 
 
-def _serve(inp, out) -> None:
+def _serve(inp, out, idle_seconds: float) -> int:
+    """Answers requests until the client closes the pipe (returns 0) or none comes for
+    ``idle_seconds`` (returns IDLE_EXIT)."""
     from tfjit.codegen import llvm_target       # LLVM, and nothing else of the compiler
     llvm = llvm_target.binding()
     tm = llvm_target.shared_object_target_machine()
@@ -135,10 +153,13 @@ def _serve(inp, out) -> None:
         raise ValueError(f"unknown request {kind!r}")
 
     while True:
+        ready, _, _ = select.select([inp], [], [], idle_seconds)
+        if not ready:
+            return IDLE_EXIT
         try:
             message = _receive(inp)
         except EOFError:
-            return
+            return 0
         try:
             reply = ("ok", handle(*message))
         except Exception as e:    # noqa: BLE001 - every failure goes back as a reply
@@ -149,4 +170,4 @@ def _serve(inp, out) -> None:
 if __name__ == "__main__":
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)        # whatever prints goes to stderr, never into the replies
-    _serve(sys.stdin.buffer, replies)
+    sys.exit(_serve(sys.stdin.buffer, replies, float(sys.argv[1])))
