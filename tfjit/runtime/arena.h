@@ -1,4 +1,5 @@
-// The temp arenas of TfjitLaunch (launch_op.cc), kept between launches.
+// Memory of TfjitLaunch (launch_op.cc): huge-page advice for fresh buffers, and
+// the temp arenas, kept between launches.
 //
 // All temps of a launch live in one arena (passes/buffers.py packs them by
 // lifetime). Allocating it fresh for every launch costs twice: its pages are
@@ -12,6 +13,10 @@
 #ifndef TFJIT_RUNTIME_ARENA_H_
 #define TFJIT_RUNTIME_ARENA_H_
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -21,6 +26,20 @@
 
 namespace tensorflow {
 namespace tfjit {
+
+// Fresh buffers at least this large get MADV_HUGEPAGE (THP is madvise-only here, and a
+// fresh 32 MiB output faulted in 4 KiB pages costs as much as the kernel writing it).
+constexpr size_t kHugePageAdviceBytes = size_t{2} << 20;
+
+inline void AdviseHugePages(void* data, size_t bytes) {
+  if (data == nullptr || bytes < kHugePageAdviceBytes) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(page - 1);
+  if (end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
+  }
+}
 
 class ArenaCache {
  public:

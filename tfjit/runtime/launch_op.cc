@@ -58,7 +58,6 @@
 //   extern "C" void TfjitClearCache();  // must not race with running launches
 //   extern "C" void TfjitGetStats(int64_t* hits, int64_t* misses);
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,8 +136,6 @@ void* Data(const Tensor& t) { return const_cast<char*>(t.tensor_data().data()); 
 
 // Below this many estimated cycles a step runs on the calling thread.
 constexpr int64_t kInlineCost = 50000;
-// Fresh buffers at least this large get MADV_HUGEPAGE (THP is madvise-only).
-constexpr size_t kHugePageAdviceBytes = size_t{2} << 20;
 constexpr int kErrorLen = 4096;
 
 std::atomic<TfjitCompileCallback> g_callback{nullptr};
@@ -158,16 +155,6 @@ struct GlobalCache {
 GlobalCache& Cache() {
   static GlobalCache* cache = new GlobalCache;
   return *cache;
-}
-
-void AdviseHugePages(void* data, size_t bytes) {
-  if (data == nullptr || bytes < kHugePageAdviceBytes) return;
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) & ~(page - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(page - 1);
-  if (end > begin) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice only
-  }
 }
 
 class TfjitLaunchOp : public AsyncOpKernel {
@@ -428,7 +415,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
         TF_RETURN_IF_ERROR(ctx->allocate_output(o, shapes[o], &out));
       }
       bufs[o] = Data(*out);
-      if (forwarded < 0) AdviseHugePages(bufs[o], out->TotalBytes());
+      if (forwarded < 0) tfjit::AdviseHugePages(bufs[o], out->TotalBytes());
     }
     return absl::OkStatus();
   }
@@ -454,7 +441,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
         return absl::InternalError("tfjit: temp arena is not 64-byte aligned");
       }
       for (int t = 0; t < n_tmp; ++t) bufs[n_in + n_out + t] = base + exe.temp_offsets[t];
-      AdviseHugePages(base, exe.arena_bytes);
+      tfjit::AdviseHugePages(base, exe.arena_bytes);
     }
     TfjitStatus status{};
     tfjit::RuntimeContext runtime;
