@@ -374,6 +374,62 @@ def test_clustering_a_10000_node_graph():
     Graph(result.graph_def).topological()
 
 
+def _random_dag(rng, n: int, window: int, p_unique: float):
+    """A GraphDef of n AddV2/Mul/Unique ops over 2 placeholders, each reading ops among
+    the ``window`` before it."""
+    from tensorflow.core.framework import attr_value_pb2, graph_pb2
+    gd = graph_pb2.GraphDef()
+    f32 = attr_value_pb2.AttrValue(type=tf.float32.as_datatype_enum)
+    names = []
+    for k in range(2):
+        gd.node.add(name=f"x{k}", op="Placeholder").attr["dtype"].CopyFrom(f32)
+        names.append(f"x{k}")
+    for k in range(n):
+        near = names[max(0, len(names) - window):]
+        if rng.random() < p_unique:
+            nd = gd.node.add(name=f"n{k}", op="Unique", input=[near[rng.integers(len(near))]])
+            nd.attr["out_idx"].CopyFrom(attr_value_pb2.AttrValue(type=tf.int32.as_datatype_enum))
+        else:
+            nd = gd.node.add(name=f"n{k}", op=["AddV2", "Mul"][k % 2],
+                             input=[near[rng.integers(len(near))] for _ in range(2)])
+        nd.attr["T"].CopyFrom(f32)
+        names.append(f"n{k}")
+    return gd
+
+
+def test_random_dags_cluster_without_cycles():
+    # A cycle may run through other clusters: here {n0, n6} would feed n4 -> n5 in
+    # {n1, n2, n5}, which feeds n6 (the check once looked only at nodes outside both).
+    seed = 20261202
+    print(f"random DAGs: seed {seed}")
+    rng = np.random.default_rng(seed)
+    shapes = [(8, 6, 0.25)] * 150 + [(30, 10, 0.2)] * 100 + [(200, 40, 0.1)] * 20
+    for k, (n, window, p_unique) in enumerate(shapes):
+        gd = _random_dag(rng, n, window, p_unique)
+        result = auto.cluster_graph(gd, lambda node, i: (tf.float32.as_datatype_enum, (4,)),
+                                    auto.Options(fallback=False, min_size=1))
+        if result.graph_def is not None:
+            try:
+                Graph(result.graph_def).topological()
+            except ValueError as e:
+                raise AssertionError(f"random DAG {k} (seed {seed}): {e}") from None
+
+
+def test_clustering_a_10000_node_random_dag():
+    # Wide and tangled, unlike the chain above: each op reads two of the 200 before it,
+    # 3% are Unique; the contraction must keep the rewritten graph acyclic.
+    gd = _random_dag(np.random.default_rng(0), 10000, 200, 0.03)
+    start = time.perf_counter()
+    result = auto.cluster_graph(gd, lambda n, i: (tf.float32.as_datatype_enum, (4,)),
+                                auto.Options(fallback=True))
+    seconds = time.perf_counter() - start
+    print(f"clustered a 10,000-node random DAG into {len(result.specs)} clusters in {seconds:.2f} s")
+    assert result.specs and not any(
+        n.startswith("n") and gd.node[2 + int(n[1:])].op == "Unique"
+        for spec in result.specs for n in spec.nodes)
+    Graph(result.graph_def).topological()        # raises on a cycle
+
+
 # -- unmodified programs (subprocesses, through the import hook) ---------------------------
 
 PROGRAM = '''

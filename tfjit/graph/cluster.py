@@ -125,7 +125,9 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     reaches B (or the reverse) through a node outside both: the merged cluster
     would then both feed and consume that node.  The search only visits nodes
     that come before B's last node in topological order, since no path into B
-    can pass a later node; that keeps a 10,000-node graph fast.
+    can pass a later node; that keeps a 10,000-node graph fast.  The search walks
+    the contracted graph (a cluster is one node), since the merged graph must stay
+    acyclic as a whole, not only around A and B.
     """
     order = graph.topological()
     pos = {n.name: k for k, n in enumerate(order)}
@@ -149,19 +151,30 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     # merge, so a search starts from them rather than walking all the members)
     leaving = {c: {s for s in succ[c] if s != c} for c in cluster}
 
+    def unit(x: str) -> str:
+        """The contracted graph's node that holds x: its cluster's root, or x itself."""
+        return find(x) if x in cluster else x
+
     def path_avoiding(a: str, b: str, limit: int) -> bool:
-        """Is there a path from cluster a into cluster b that leaves a∪b on the way?"""
+        """Is there a path from cluster a into cluster b that leaves a∪b on the way?
+
+        The walk is over the contracted graph: reaching any member of another cluster
+        continues from all that cluster leads to (a path a -> u -> C -> b may enter C at
+        one member and leave it at another).  A unit can lead into b only if it starts
+        before b's last node; a cluster's root is its first node in topological order.
+        """
         b_members = members[b]
-        stack = [s for s in leaving[a] if s not in b_members and pos[s] < limit]
+        stack = [s for s in leaving[a] if s not in b_members]
         seen = set()
         while stack:
             x = stack.pop()
             if x in b_members:
                 return True
-            if x in seen:
+            u = unit(x)
+            if u in seen or pos[u] > limit:
                 continue
-            seen.add(x)
-            stack.extend(s for s in succ[x] if pos[s] <= limit)
+            seen.add(u)
+            stack.extend(leaving[u] if u in members else succ[x])
         return False
 
     for n in order:
