@@ -19,7 +19,9 @@ Each step runs as ``tf.function`` (TF graph), ``tf.function(jit_compile=True)``
 variables, after warm-up; the figure is the median of ``--runs`` steps timed
 round-robin (one step of each mode in turn), so a noisy neighbour slows every
 mode alike.  ``--memory`` reruns each (workload, mode) in a fresh process and
-reports its peak resident set size (VmHWM).  Nothing is asserted.
+reports its peak resident set size (VmHWM), and for tfjit also that of its LLVM
+compile server (a process of its own; see codegen/jit_server.py).  Nothing is
+asserted.
 """
 from __future__ import annotations
 
@@ -175,17 +177,29 @@ def vm_hwm_mb() -> float:
     raise OSError("no VmHWM in /proc/self/status")
 
 
-def peak_rss_mb(name: str, mode: str, runs: int) -> float | str:
-    """Peak RSS of a fresh process that builds the workload and runs it ``runs`` times."""
+def compile_server_hwm_mb() -> float | None:
+    """Peak RSS of tfjit's compile server (codegen/jit_server.py), if one runs."""
+    from tfjit.codegen import llvm_cpu
+    client = llvm_cpu.server() if "tfjit.codegen.llvm_cpu" in sys.modules else None
+    if client is None or client.pid is None:
+        return None
+    with open(f"/proc/{client.pid}/status") as f:
+        return next(int(ln.split()[1]) / 1024 for ln in f if ln.startswith("VmHWM:"))
+
+
+def peak_rss_mb(name: str, mode: str, runs: int) -> tuple:
+    """(peak RSS of a fresh process that builds the workload and runs it ``runs`` times,
+    peak RSS of its compile server or None)."""
     code = (f"import sys; sys.argv=['x']; import tools.train_bench as b; "
             f"r = b.time_modes({name!r}, {runs}, ({mode!r},)); "
-            f"import json, tools.train_bench as b; print(json.dumps([r.get({mode!r}), b.vm_hwm_mb()]))")
+            f"import json; print(json.dumps([r.get({mode!r}), b.vm_hwm_mb(), "
+            f"b.compile_server_hwm_mb()]))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
-        return f"failed (exit {proc.returncode})"
-    result, rss = json.loads(proc.stdout.strip().splitlines()[-1])
-    return rss if not isinstance(result, str) else result
+        return f"failed (exit {proc.returncode})", None
+    result, rss, server = json.loads(proc.stdout.strip().splitlines()[-1])
+    return (rss if not isinstance(result, str) else result), server
 
 
 def _fmt(v) -> str:
@@ -215,11 +229,12 @@ def main(argv=None) -> int:
               f"{_fmt(r['tfjit'])} | {_ratio(r['graph'], r['tfjit'])} | "
               f"{_ratio(r['xla'], r['tfjit'])} | {first} |", flush=True)
     if args.memory:
-        print("\n| workload | peak RSS MB: TF graph | TF XLA | tfjit |\n|---|---|---|---|")
+        print("\n| workload | peak RSS MB: TF graph | TF XLA | tfjit | tfjit's compile server |"
+              "\n|---|---|---|---|---|")
         for name in names:
             rss = [peak_rss_mb(name, m, 5) for m in MODES]
-            print(f"| {WORKLOADS[name][0]} | " + " | ".join(_fmt(v) for v in rss) + " |",
-                  flush=True)
+            print(f"| {WORKLOADS[name][0]} | " + " | ".join(_fmt(v) for v, _ in rss)
+                  + f" | {_fmt(rss[-1][1]) if rss[-1][1] is not None else '-'} |", flush=True)
     return 0
 
 
