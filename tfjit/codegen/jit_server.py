@@ -55,7 +55,7 @@ class ServerDied(RuntimeError):
     """The compile server ended while compiling (an LLVM crash, or it was killed)."""
 
 
-# A server idle this long exits (its ~110 MB go back; a model compiles at its start, then
+# A server idle this long exits (its ~100 MB go back; a model compiles at its start, then
 # trains for hours), and the next request starts a new one (~0.1 s).
 IDLE_SECONDS = 60.0
 IDLE_EXIT = 75          # the exit code of a server that left because it was idle
