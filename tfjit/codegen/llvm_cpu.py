@@ -62,7 +62,8 @@ def start_server() -> None:
 
 
 def target_env() -> dict:
-    """{"triple", "data_layout", "cpu", "llvm"} of the code this process gets."""
+    """{"triple", "data_layout", "cpu", "llvm", "loader"} of the code this process gets
+    ("loader": "dlopen" from the compile server, "mcjit" in-process)."""
     client = server()
     if client is not None:
         return client.env() | {"loader": "dlopen"}

@@ -289,7 +289,7 @@ std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
 // deterministic ops the default kernel always runs (no choice that could differ
 // between processes).
 int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
-                       const Tensor& out, absl::Status* status) {
+                       const Tensor& out) {
   if (OpDeterminismRequired()) return kDefault;
   const std::string key = ChoiceKey(spec, inputs);
   {
@@ -302,11 +302,11 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
   for (int round = -1; round < kRounds; ++round) {
     for (int32_t family : {kDefault, kOneDnn}) {
       const auto start = std::chrono::steady_clock::now();
-      *status = RunFamily(ctx, family, spec, inputs, out);
+      const absl::Status status = RunFamily(ctx, family, spec, inputs, out);
       const std::chrono::duration<double, std::micro> took =
           std::chrono::steady_clock::now() - start;
-      if (!status->ok()) {           // oneDNN refused it: the default kernel decides
-        if (family == kDefault) return kDefault;
+      if (!status.ok()) {   // the default's failure is reported by Run's own run of it;
+        if (family == kDefault) return kDefault;   // oneDNN refusing: the default decides
         choice = Choice{kDefault, {choice.micros[0], -1}};
         round = kRounds;
         break;
@@ -324,10 +324,7 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
 // default kernels take) is retried with the default one.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out) {
-  if (family == kMeasured) {
-    absl::Status status;
-    family = MeasuredFamily(runtime->ctx, spec, inputs, out, &status);
-  }
+  if (family == kMeasured) family = MeasuredFamily(runtime->ctx, spec, inputs, out);
   absl::StatusOr<OpKernel*> kernel = CachedKernel(runtime->ctx, family, spec);
   absl::Status status = kernel.status();
   if (kernel.ok()) status = Compute(runtime->ctx, *kernel, inputs, out);
