@@ -12,12 +12,13 @@ needs) does not pull in the compiler.  Importing tfjit installs the Keras hook
 """
 import importlib
 
-from tfjit import keras
+from tfjit import _autoload, keras
 
 __version__ = "0.1.0"
 __all__ = ["Function", "function", "config", "explain", "keras"]
 
 keras.install_on_import()
+_autoload.check_hook()
 
 _LAZY = {"Function": "tfjit.api.function", "function": "tfjit.api.function",
          "explain": "tfjit.api.explain"}

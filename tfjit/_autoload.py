@@ -15,6 +15,7 @@ import os
 import sys
 
 ENV = "TFJIT_FLAGS"
+MARKER = "_tfjit_startup_hook"   # tfjit-autoload.pth sets sys.<MARKER> before importing tfjit
 
 
 def install() -> None:
@@ -49,3 +50,18 @@ class _Watcher(importlib.abc.MetaPathFinder):
 
         spec.loader.exec_module = exec_then_activate
         return spec
+
+
+def check_hook() -> None:
+    """Called by ``import tfjit``: where TFJIT_FLAGS is set but the start-up hook did
+    not run (an install that left out tfjit-autoload.pth, or a Python started with
+    -S), says so once and activates auto mode from here, so a program that imports
+    tfjit still gets what its flags ask for."""
+    if not os.environ.get(ENV) or getattr(sys, MARKER, False):
+        return
+    import warnings
+    warnings.warn(f"tfjit: {ENV} is set but tfjit's start-up hook (tfjit-autoload.pth) did not "
+                  "run in this Python, so programs that do not import tfjit are not clustered; "
+                  "reinstall tfjit into this environment (pip install .)", RuntimeWarning,
+                  stacklevel=3)
+    install()

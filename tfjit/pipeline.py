@@ -103,7 +103,8 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         messages=messages,
         update_inputs=list(m.updates),
         update_in_place=plan.update_in_place,
-        keepalive=code)
+        keepalive=code,
+        runtime=runtime)
     return Compiled(name, signature, before, text.module_str(m), fusions, plan, code, executable,
                     time.perf_counter() - start)
 

@@ -14,7 +14,10 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# After site-packages: the installed tfjit comes first (what `pip install .` put there,
+# with its prebuilt op library); the checkout serves only where tfjit is not installed,
+# and for tools.bench.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 import tfjit  # noqa: E402

@@ -46,11 +46,17 @@ def activate() -> None:
     from tfjit.api.service import SERVICE
     from tfjit.graph.auto import Options
     from tfjit.runtime import launch
+    from tfjit.runtime.build import BuildError
     with _lock:
         if _active:
             return
         Options.from_flags(config.flags())     # a bad op list is an error now, not per graph
-        SERVICE.install()
+        try:
+            SERVICE.install()
+        except BuildError as e:   # auto mode never breaks a working program
+            _once("build", logging.WARNING, "tfjit: auto-clustering is off in this process, "
+                  "TensorFlow runs every graph itself: %s", e)
+            return
         launch.set_pass_callback(on_graph)
         _active = True
 

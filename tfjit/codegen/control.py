@@ -28,8 +28,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tfjit.codegen.llvm_types import I1, I8, I32, I64, PTR, VOID, i64
+from tfjit.runtime import launch
 
-PARALLEL_FOR = "tfjit_rt_parallel_for"
+PARALLEL_FOR = launch.PARALLEL_FOR
 INLINE_COST = 50000      # as the launch op's kInlineCost: below this, a step runs inline
 
 

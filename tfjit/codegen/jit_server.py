@@ -75,6 +75,7 @@ class Client:
     def _start(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)    # the server imports tfjit from where this process does
+        env.pop("TFJIT_FLAGS", None)   # it is no user program: no auto mode, no hook warning
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tfjit.codegen.jit_server", str(self.idle_seconds)],

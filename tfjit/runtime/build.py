@@ -1,26 +1,60 @@
-"""Builds the TfjitLaunch op library against the installed TensorFlow.
+"""Builds tfjit's C++ libraries against the installed TensorFlow.
 
-The shared library is compiled once per (TensorFlow version, source, flags, CPU)
-and cached under ``cache_root`` (each source's object file too); concurrent builders (threads or processes) are
-serialised by a file lock, and the result is published with an atomic rename,
-so a reader never sees a half-written library.
+Two libraries, each built only when something needs it:
+- the op library (``tfjit_launch_op.so``: the TfjitLaunch op, the graph pass,
+  the runtime library that runs TF's kernels) -- every compiled cluster needs
+  it.  ``pip install`` prebuilds it into the package (setup.py) when the build
+  environment has TensorFlow; otherwise the first compile builds it (~20 s on
+  two cores, said on stderr).
+- the host library (``tfjit_linalg.so``: linalg.cc's Eigen matmul and
+  convolutions) -- only the host runner (runtime/host.py: tools, tests, runs
+  without a TfjitLaunch) needs it.
+
+Nothing is built for "this CPU": the op library takes TensorFlow's own flags
+(TF's wheels are built for baseline x86-64, and TF's bundled Eigen does not
+compile with every -march: AVX512-FP16's headers fail on Sapphire Rapids,
+AVX-512 GEMM's double packer on any AVX-512 CPU); the host library is built
+for one x86-64 level of a fixed list (``HOST_LEVELS``, no AVX-512), the best
+the running CPU has, chosen at run time.  tests/test_build_targets.py compiles
+every source for a matrix of CPUs.
+
+Each source compiles to an object cached by its own text and flags; objects
+link into the library, cached under ``cache_root`` by (TensorFlow version,
+sources, flags).  Concurrent builders (threads or processes) are serialised by
+a file lock, and results are published by atomic rename, so a reader never
+sees a half-written library.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PREBUILT = os.path.join(HERE, "prebuilt")     # what pip install built (setup.py)
+
+LIBRARY_NAME = "tfjit_launch_op.so"
+HOST_LIBRARY_NAME = "tfjit_linalg.so"
+HOST_SOURCES = ("linalg.cc",)
 
 
 def sources() -> list[str]:
-    """Every C++ file of the op library (launch op, graph pass, runtime library)."""
+    """Every C++ file of both libraries."""
     return sorted(os.path.join(HERE, f) for f in os.listdir(HERE) if f.endswith(".cc"))
+
+
+def launch_sources() -> list[str]:
+    return [p for p in sources() if os.path.basename(p) not in HOST_SOURCES]
+
+
+def host_sources() -> list[str]:
+    return [os.path.join(HERE, f) for f in HOST_SOURCES]
 
 
 def _headers() -> bytes:
@@ -32,7 +66,6 @@ def _headers() -> bytes:
     return out
 
 
-LIBRARY_NAME = "tfjit_launch_op.so"
 _BASE_FLAGS = ["-shared", "-fPIC", "-O2"]
 _STDERR_TAIL = 4000
 
@@ -40,7 +73,7 @@ _thread_lock = threading.Lock()   # flock is per open file, not per thread
 
 
 class BuildError(RuntimeError):
-    """The TfjitLaunch op library could not be built."""
+    """A tfjit C++ library could not be built."""
 
 
 def default_cache_root() -> str:
@@ -66,27 +99,50 @@ def _tf_flags() -> tuple[str, list[str], list[str]]:
     return tf.__version__, list(tf.sysconfig.get_compile_flags()), list(tf.sysconfig.get_link_flags())
 
 
-# Extra flags per source file.  The runtime library's own Eigen code (linalg.cc: the
-# matmul and convolutions run where there is no TF kernel to call) is tuned for this
-# machine's CPU -- the library is built where it runs, and the CPU is part of the cache
-# key -- with its template instances kept private, so they never bind to TensorFlow's
-# own (differently compiled) copies.  Eigen's AVX-512 GEMM kernels are off: their
-# double-precision packer has no specialisation for the image-patch mappers of the
-# convolutions, so linalg.cc does not compile on an AVX-512 CPU with them (TensorFlow
-# itself is built without AVX-512 and never instantiates them).
-_FILE_FLAGS = {"linalg.cc": ["-O3", "-march=native", "-DEIGEN_USE_AVX512_GEMM_KERNELS=0",
-                             "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-w"]}
+# x86-64 micro-architecture levels (the psABI's) the host library is built for, best
+# first, with the /proc/cpuinfo flags a CPU needs for each.  No AVX-512 level:
+# TF's bundled Eigen does not compile for it (see the module docstring), and TF's
+# own wheels never run Eigen with it.  v3 (AVX2 + FMA) is where Eigen's GEMM gets
+# its speed; every x86-64 CPU runs the plain level.
+HOST_LEVELS = (
+    ("x86-64-v3", frozenset({"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe",
+                             "xsave", "cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2",
+                             "ssse3"})),
+    ("x86-64-v2", frozenset({"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"})),
+    ("x86-64", frozenset()),
+)
 
 
-def _cpu_key() -> str:
-    """What -march=native code depends on: the CPU model and its feature flags."""
+def cpu_flags() -> frozenset:
+    """This CPU's feature flags, as /proc/cpuinfo names them (empty where unknown)."""
     try:
         with open("/proc/cpuinfo") as f:
-            lines = [ln for ln in f if ln.startswith(("model name", "flags"))]
-        return "".join(sorted(set(lines)))
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
-        import platform
-        return platform.machine() + platform.processor()
+        pass
+    return frozenset()
+
+
+def host_level(flags: frozenset | None = None, machine: str | None = None) -> str | None:
+    """The x86-64 level the host library is built for on a CPU with ``flags`` (this
+    one's by default); None off x86-64, where the compiler's default target is used."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64"):
+        return None
+    flags = cpu_flags() if flags is None else flags
+    return next(level for level, need in HOST_LEVELS if need <= flags)
+
+
+def source_flags(path: str, level: str | None) -> list[str]:
+    """tfjit's own flags for one source (after TF's): the host library's Eigen code is
+    optimised for ``level``, its template instances kept private so they never bind
+    to TensorFlow's own (differently compiled) copies."""
+    if os.path.basename(path) not in HOST_SOURCES:
+        return []
+    march = [f"-march={level}", "-mtune=generic"] if level else []
+    return ["-O3", *march, "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-w"]
 
 
 def _digest(*parts) -> str:
@@ -97,26 +153,47 @@ def _digest(*parts) -> str:
     return h.hexdigest()[:16]
 
 
-def op_library_path(cache_root: str | None = None) -> str:
-    """Returns the path of the built op library, building it if needed.
+def _key_flags(flags: list[str]) -> list[str]:
+    """Flags as cache key: without TF's include and library paths (the TF version names
+    the headers), so a library built in pip's build environment is found from the
+    installed TensorFlow."""
+    return [f for f in flags if not f.startswith(("-I", "-L"))]
 
-    Each source compiles to an object cached by its own text and flags, so a
-    change to one file (say, the launch op) does not recompile the others (the
-    Eigen runtime library takes minutes); the objects then link into the library.
-    """
+
+def op_library_path(cache_root: str | None = None, prebuilt: bool = True) -> str:
+    """The op library (TfjitLaunch and the runtime library), building it if needed;
+    ``prebuilt``: take the one pip install put into the package, where it matches."""
+    return _library(launch_sources(), LIBRARY_NAME, None, cache_root,
+                    "the TfjitLaunch op", prebuilt)
+
+
+def host_library_path(cache_root: str | None = None, level: str | None = "host") -> str:
+    """The host library (linalg.cc) for x86-64 ``level`` (this CPU's best by default),
+    building it if needed."""
+    level = host_level() if level == "host" else level
+    return _library(host_sources(), HOST_LIBRARY_NAME, level, cache_root,
+                    f"the host runtime library ({level or 'default target'})", prebuilt=True)
+
+
+def _library(files: list[str], name: str, level: str | None, cache_root: str | None,
+             what: str, prebuilt: bool) -> str:
+    """``name`` built from ``files``: a prebuilt one, a cached one, or built now."""
     cache_root = cache_root or default_cache_root()
-    files = sources()
     version, compile_flags, link_flags = _tf_flags()
-    cpu, headers = _cpu_key(), _headers()
+    headers = _headers()
     objects = []
     for path in files:
         with open(path, "rb") as f:
             text = f.read()
-        flags = _BASE_FLAGS + compile_flags + _FILE_FLAGS.get(os.path.basename(path), [])
-        objects.append((path, flags, _digest(version, os.path.basename(path), text, headers, *flags, cpu)))
-    digest = _digest(*(d for _, _, d in objects), *link_flags)
-    directory = os.path.join(cache_root, f"tf{version}-{digest}")
-    library = os.path.join(directory, LIBRARY_NAME)
+        flags = _BASE_FLAGS + compile_flags + source_flags(path, level)
+        objects.append((path, flags, _digest(version, os.path.basename(path), text, headers,
+                                             *_key_flags(flags))))
+    subdir = f"tf{version}-{_digest(*(d for _, _, d in objects), *_key_flags(link_flags))}"
+    shipped = os.path.join(PREBUILT, subdir, name)
+    if prebuilt and os.path.exists(shipped):
+        return shipped
+    directory = os.path.join(cache_root, subdir)
+    library = os.path.join(directory, name)
     if os.path.exists(library):
         return library
     os.makedirs(directory, exist_ok=True)
@@ -124,6 +201,8 @@ def op_library_path(cache_root: str | None = None) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(library):     # another process may have built it meanwhile
             cxx = find_compiler()
+            print(f"tfjit: building {what} for TensorFlow {version} (once; cached in "
+                  f"{directory})", file=sys.stderr, flush=True)
             object_dir = os.path.join(cache_root, "objects")
             os.makedirs(object_dir, exist_ok=True)
             paths = _compile_objects(cxx, object_dir, objects)

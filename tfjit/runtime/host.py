@@ -2,8 +2,9 @@
 
 A host-side twin of the TfjitLaunch kernel (launch_op.cc) for tools and tests:
 same buffer ABI (``[inputs..., outputs..., temps..., status, device]``; no
-device, so runtime-library calls run their own Eigen code on this thread instead
-of TF's kernels), same step order, but
+device, so runtime-library calls run the host library's Eigen code on this
+thread instead of TF's kernels; it is built and loaded on the first run that
+calls it), same step order, but
 single-threaded and without input forwarding.  Like launch.py it
 must not import the compiler; it reads only the executable's plain data.
 
@@ -17,6 +18,7 @@ import ctypes
 import numpy as np
 
 from tfjit import dtypes as dt
+from tfjit.runtime import launch
 from tfjit.runtime.launch import STATUS_BYTES, Executable, error_text
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.c_int64)
@@ -38,6 +40,8 @@ def run_compiled(compiled, inputs: list) -> list:
 def run_executable(exe: Executable, inputs: list) -> list:
     """The executable's outputs for ``inputs``; ValueError carries a kernel's runtime error."""
     s = exe._struct
+    if exe.needs_host_library:
+        launch.host_library_in_use()
     if len(inputs) != s.num_inputs:
         raise ValueError(f"executable takes {s.num_inputs} inputs, got {len(inputs)}")
     args = []

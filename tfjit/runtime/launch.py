@@ -12,11 +12,14 @@ artefact needs only the runtime.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 from typing import Callable, Sequence
 
 from tfjit.runtime import build
+
+PARALLEL_FOR = "tfjit_rt_parallel_for"   # parallel.cc: the loop drivers' sharding entry
 
 # -- C mirrors of the ABI structs in launch_op.cc ---------------------------
 
@@ -97,11 +100,19 @@ class Executable:
     holds whatever owns the machine code (e.g. the LLVM execution engine).
     """
 
-    def __init__(self, struct: TfjitExecutable, buffers: tuple, keepalive: object):
+    def __init__(self, struct: TfjitExecutable, buffers: tuple, keepalive: object,
+                 runtime: tuple = ()):
         self._struct = struct
         self._buffers = buffers
         self.keepalive = keepalive
         self.address = ctypes.addressof(struct)
+        self.runtime = runtime      # the op library functions its code calls
+
+    @property
+    def needs_host_library(self) -> bool:
+        """Whether a run without TfjitLaunch (runtime/host.py) needs the host library:
+        every runtime function but parallel_for runs linalg.cc's code there."""
+        return any(name != PARALLEL_FOR for name in self.runtime)
 
     @property
     def num_inputs(self) -> int:
@@ -132,7 +143,7 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                     steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
                     update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
                     temp_offsets: Sequence[int] | None = None,
-                    keepalive: object = None) -> Executable:
+                    keepalive: object = None, runtime: Sequence[str] = ()) -> Executable:
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
 
     Temps live in one arena: temp t is ``temp_bytes[t]`` bytes at ``temp_offsets[t]``
@@ -186,15 +197,16 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                              len(steps), buffers[7], len(messages), buffers[8],
                              len(update_inputs), buffers[10], buffers[11], buffers[12],
                              arena_bytes)
-    return Executable(struct, buffers, keepalive)
+    return Executable(struct, buffers, keepalive, tuple(runtime))
 
 
 # -- Loading ----------------------------------------------------------------
 
 class _Library:
-    def __init__(self, path: str):
+    def __init__(self, path: str, cache_root: str | None):
         import tensorflow as tf
         self.path = path
+        self.cache_root = cache_root
         self.ops = tf.load_op_library(path)     # registers the op and kernel
         self.c = ctypes.CDLL(path)              # same dlopen handle: same globals
         self.c.TfjitSetCompileCallback.argtypes = [COMPILE_CALLBACK]
@@ -239,12 +251,39 @@ def load(cache_root: str | None = None) -> None:
     _lib(cache_root)
 
 
+_host: dict = {}             # path -> the loaded host library (the op library holds its table)
+_host_in_use: list = []      # the path whose table the op library has
+
+
+def load_host_library(level: str | None = "host") -> str:
+    """Builds (if needed) and loads the host library (linalg.cc) for x86-64 ``level``
+    (build.HOST_LEVELS; "host": this CPU's best) and hands its functions to the op
+    library: runs without a launch call them from then on.  Returns its path."""
+    lib = _lib()
+    with _load_lock:
+        path = build.host_library_path(lib.cache_root, level)
+        host = _host.get(path) or ctypes.CDLL(path, mode=os.RTLD_LOCAL)
+        _host[path] = host
+        host.tfjit_linalg_table.restype = ctypes.c_void_p
+        lib.c.tfjit_rt_set_linalg.argtypes = [ctypes.c_void_p]
+        if lib.c.tfjit_rt_set_linalg(host.tfjit_linalg_table()) != 0:
+            raise build.BuildError(f"the host library {path} does not match the op library "
+                                   f"{lib.path} (built from other sources)")
+        _host_in_use[:] = [path]
+    return path
+
+
+def host_library_in_use() -> str:
+    """The host library runs without a launch call (loading this CPU's on first use)."""
+    return _host_in_use[0] if _host_in_use else load_host_library()
+
+
 def _lib(cache_root: str | None = None) -> _Library:
     global _library
     if _library is None:
         with _load_lock:
             if _library is None:
-                _library = _Library(build.op_library_path(cache_root))
+                _library = _Library(build.op_library_path(cache_root), cache_root)
     return _library
 
 

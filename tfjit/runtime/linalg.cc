@@ -1,8 +1,12 @@
 // The runtime library's own code for heavy ops: Eigen's matmul and spatial
 // convolution, and loops for the depthwise gradients, on the calling thread.
 // tf_kernels.cc runs these where there is no TensorFlow kernel to call: in the
-// host runner (runtime/host.py) and AOT objects, whose bufs[device_slot] is
-// null. Under TfjitLaunch the same library calls run TensorFlow's own kernels.
+// host runner (runtime/host.py), whose bufs[device_slot] is null. Under
+// TfjitLaunch the same library calls run TensorFlow's own kernels.
+//
+// A shared library of its own (runtime/build.py builds it when a host run
+// first needs it, for one of a fixed set of x86-64 levels chosen at run time),
+// handed to the op library as one table of functions (tfjit_linalg_table).
 //
 // ABI: linalg.h (the arguments are those of the tfjit_rt_* entry points, less
 // the runtime context). All tensors are dense, row-major, 64-byte aligned,
@@ -197,23 +201,12 @@ void DepthwiseBackpropFilter(T* out, const T* input, const T* grad, int64_t batc
 
 }  // namespace
 
-#define TFJIT_DEFINE(suffix, T)                                                               \
-  TFJIT_EXPORT void tfjit_eigen_dot_##suffix(TFJIT_DOT_PARAMS(T)) { Dot<T>(TFJIT_DOT_ARGS); }  \
-  TFJIT_EXPORT void tfjit_eigen_conv2d_##suffix(TFJIT_CONV2D_PARAMS(T)) {                      \
-    Conv2D<T>(TFJIT_CONV2D_ARGS);                                                             \
-  }                                                                                           \
-  TFJIT_EXPORT void tfjit_eigen_conv2d_backprop_input_##suffix(TFJIT_BACKPROP_PARAMS(T)) {     \
-    Conv2DBackpropInput<T>(TFJIT_BACKPROP_ARGS);                                              \
-  }                                                                                           \
-  TFJIT_EXPORT void tfjit_eigen_conv2d_backprop_filter_##suffix(TFJIT_BACKPROP_PARAMS(T)) {    \
-    Conv2DBackpropFilter<T>(TFJIT_BACKPROP_ARGS);                                             \
-  }                                                                                           \
-  TFJIT_EXPORT void tfjit_eigen_depthwise_backprop_input_##suffix(TFJIT_BACKPROP_PARAMS(T)) {  \
-    DepthwiseBackpropInput<T>(TFJIT_BACKPROP_ARGS);                                           \
-  }                                                                                           \
-  TFJIT_EXPORT void tfjit_eigen_depthwise_backprop_filter_##suffix(TFJIT_BACKPROP_PARAMS(T)) { \
-    DepthwiseBackpropFilter<T>(TFJIT_BACKPROP_ARGS);                                          \
-  }
+// The table's entries for one dtype, in TFJIT_LINALG_FIELDS order.
+#define TFJIT_ENTRIES(T)                                                            \
+  Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
+      DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>
 
-TFJIT_DEFINE(f32, float)
-TFJIT_DEFINE(f64, double)
+TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
+  static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};
+  return &table;
+}

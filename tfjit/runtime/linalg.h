@@ -1,5 +1,5 @@
 // The runtime library's own Eigen code (linalg.cc), called by tf_kernels.cc
-// where there is no TensorFlow kernel to run. Single-threaded, on the calling
+// where there is no TensorFlow kernel to run (the host runner). Single-threaded, on the calling
 // thread. The parameters are those of tf_kernels.cc's tfjit_rt_* entry points
 // after the runtime context (see there for their meaning).
 #ifndef TFJIT_RUNTIME_LINALG_H_
@@ -40,15 +40,32 @@
   out, a, grad, batch, in_rows, in_cols, in_depth, filter_rows, filter_cols, filter_depth,     \
       out_rows, out_cols, row_stride, col_stride, pad_top, pad_bottom, pad_left, pad_right
 
-#define TFJIT_DECLARE_EIGEN(suffix, T)                                                   \
-  TFJIT_EXPORT void tfjit_eigen_dot_##suffix(TFJIT_DOT_PARAMS(T));                       \
-  TFJIT_EXPORT void tfjit_eigen_conv2d_##suffix(TFJIT_CONV2D_PARAMS(T));                 \
-  TFJIT_EXPORT void tfjit_eigen_conv2d_backprop_input_##suffix(TFJIT_BACKPROP_PARAMS(T)); \
-  TFJIT_EXPORT void tfjit_eigen_conv2d_backprop_filter_##suffix(TFJIT_BACKPROP_PARAMS(T)); \
-  TFJIT_EXPORT void tfjit_eigen_depthwise_backprop_input_##suffix(TFJIT_BACKPROP_PARAMS(T)); \
-  TFJIT_EXPORT void tfjit_eigen_depthwise_backprop_filter_##suffix(TFJIT_BACKPROP_PARAMS(T));
+// The host library (linalg.cc, a shared library of its own, built when a host
+// run first needs it) hands the op library its functions in one table:
+// tfjit_linalg_table() returns it, and tfjit_rt_set_linalg (tf_kernels.cc)
+// takes it. `size` is a handshake: a table of another layout (a stale build)
+// is refused.
+template <typename T>
+using TfjitDotFn = void (*)(TFJIT_DOT_PARAMS(T));
+template <typename T>
+using TfjitConv2DFn = void (*)(TFJIT_CONV2D_PARAMS(T));
+template <typename T>
+using TfjitBackpropFn = void (*)(TFJIT_BACKPROP_PARAMS(T));
 
-TFJIT_DECLARE_EIGEN(f32, float)
-TFJIT_DECLARE_EIGEN(f64, double)
+#define TFJIT_LINALG_FIELDS(suffix, T)                   \
+  TfjitDotFn<T> dot_##suffix;                            \
+  TfjitConv2DFn<T> conv2d_##suffix;                      \
+  TfjitBackpropFn<T> conv2d_backprop_input_##suffix;     \
+  TfjitBackpropFn<T> conv2d_backprop_filter_##suffix;    \
+  TfjitBackpropFn<T> depthwise_backprop_input_##suffix;  \
+  TfjitBackpropFn<T> depthwise_backprop_filter_##suffix;
+
+struct TfjitLinalg {
+  int64_t size;   // sizeof(TfjitLinalg) where the table was filled
+  TFJIT_LINALG_FIELDS(f32, float)
+  TFJIT_LINALG_FIELDS(f64, double)
+};
+
+TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table();
 
 #endif  // TFJIT_RUNTIME_LINALG_H_

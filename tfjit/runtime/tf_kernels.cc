@@ -14,8 +14,8 @@
 // tfjit's result buffer (allocate_output hands it over; nothing is copied
 // out). Kernels are created once per op and attributes and shared: Compute is
 // thread-safe for these stateless kernels, as TF's executor relies on. Where
-// there is no launch (the host runner, AOT objects) the calls run linalg.cc's
-// Eigen code on the calling thread.
+// there is no launch (the host runner) the calls run linalg.cc's Eigen code,
+// a library of its own handed over by tfjit_rt_set_linalg, on the calling thread.
 //
 // ABI (codegen/library.py emits the calls; change both sides together):
 //   runtime: bufs[device_slot], a tfjit::RuntimeContext* (runtime.h) or null.
@@ -41,6 +41,7 @@
 //   (The parameter lists are spelled out in linalg.h.)
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -389,6 +390,22 @@ struct ConvAttrs {
   }
 };
 
+// The host library's table (linalg.h), once the host runner has loaded it.
+std::atomic<const TfjitLinalg*> host_linalg{nullptr};
+
+template <typename Fn>
+using HostFn = Fn TfjitLinalg::*;
+
+// Runs a call without a launch (the host runner) on the host library; 1, a failed
+// call, when no host library was handed over (runtime/host.py always loads it first).
+template <typename Fn, typename... Args>
+int32_t RunOnHost(HostFn<Fn> fn, Args... args) {
+  const TfjitLinalg* table = host_linalg.load(std::memory_order_acquire);
+  if (table == nullptr) return 1;
+  (table->*fn)(args...);
+  return 0;
+}
+
 template <typename T>
 void Zero(T* out, int64_t n) {
   std::fill(out, out + n, T(0));
@@ -396,15 +413,12 @@ void Zero(T* out, int64_t n) {
 
 template <typename T>
 int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T),
-            void (*eigen)(TFJIT_DOT_PARAMS(T))) {
+            HostFn<TfjitDotFn<T>> eigen) {
   if (k == 0) {   // a sum over nothing (m or n zero: never called)
     Zero(out, batch * m * n);
     return 0;
   }
-  if (runtime == nullptr) {
-    eigen(TFJIT_DOT_ARGS);
-    return 0;
-  }
+  if (runtime == nullptr) return RunOnHost(eigen, TFJIT_DOT_ARGS);
   auto* rt = static_cast<RuntimeContext*>(runtime);
   const DataType dtype = DataTypeToEnum<T>::v();
   const bool batched = batch > 1;
@@ -428,15 +442,12 @@ int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T),
 
 template <typename T>
 int32_t Conv2D(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T),
-               void (*eigen)(TFJIT_CONV2D_PARAMS(T))) {
+               HostFn<TfjitConv2DFn<T>> eigen) {
   if (in_rows == 0 || in_cols == 0 || in_depth == 0 || filter_rows == 0 || filter_cols == 0) {
     Zero(out, batch * out_rows * out_cols * out_depth);   // every window is all padding
     return 0;
   }
-  if (runtime == nullptr) {
-    eigen(TFJIT_CONV2D_ARGS);
-    return 0;
-  }
+  if (runtime == nullptr) return RunOnHost(eigen, TFJIT_CONV2D_ARGS);
   auto* rt = static_cast<RuntimeContext*>(runtime);
   const DataType dtype = DataTypeToEnum<T>::v();
   const ConvAttrs attrs(in_rows, in_cols, filter_rows, filter_cols, row_stride, col_stride,
@@ -454,7 +465,7 @@ int32_t Conv2D(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T),
 // (input, filter_sizes, grad); `depthwise` says the filter's last dim is a multiplier.
 template <typename T>
 int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, int32_t family,
-                 TFJIT_BACKPROP_PARAMS(T), void (*eigen)(TFJIT_BACKPROP_PARAMS(T))) {
+                 TFJIT_BACKPROP_PARAMS(T), HostFn<TfjitBackpropFn<T>> eigen) {
   const int64_t out_depth = depthwise ? in_depth * filter_depth : filter_depth;
   const int64_t out_size = of_input ? batch * in_rows * in_cols * in_depth
                                     : filter_rows * filter_cols * in_depth * filter_depth;
@@ -464,10 +475,7 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
     Zero(out, out_size);   // a sum over nothing
     return 0;
   }
-  if (runtime == nullptr) {
-    eigen(TFJIT_BACKPROP_ARGS);
-    return 0;
-  }
+  if (runtime == nullptr) return RunOnHost(eigen, TFJIT_BACKPROP_ARGS);
   auto* rt = static_cast<RuntimeContext*>(runtime);
   const DataType dtype = DataTypeToEnum<T>::v();
   const ConvAttrs attrs(in_rows, in_cols, filter_rows, filter_cols, row_stride, col_stride, 1, 1,
@@ -493,17 +501,17 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
   TFJIT_EXPORT int32_t tfjit_rt_##name##_##suffix(void* runtime, int32_t kernel,                 \
                                                   TFJIT_BACKPROP_PARAMS(T)) {                    \
     return tensorflow::tfjit::Backprop<T>(op, of_input, depthwise, runtime, kernel,              \
-                                          TFJIT_BACKPROP_ARGS, tfjit_eigen_##name##_##suffix);   \
+                                          TFJIT_BACKPROP_ARGS, &TfjitLinalg::name##_##suffix);   \
   }
 
 #define TFJIT_DEFINE(suffix, T)                                                                  \
   TFJIT_EXPORT int32_t tfjit_rt_dot_##suffix(void* runtime, int32_t kernel, TFJIT_DOT_PARAMS(T)) { \
-    return tensorflow::tfjit::Dot<T>(runtime, kernel, TFJIT_DOT_ARGS, tfjit_eigen_dot_##suffix);  \
+    return tensorflow::tfjit::Dot<T>(runtime, kernel, TFJIT_DOT_ARGS, &TfjitLinalg::dot_##suffix);  \
   }                                                                                              \
   TFJIT_EXPORT int32_t tfjit_rt_conv2d_##suffix(void* runtime, int32_t kernel,                   \
                                                 TFJIT_CONV2D_PARAMS(T)) {                        \
     return tensorflow::tfjit::Conv2D<T>(runtime, kernel, TFJIT_CONV2D_ARGS,                      \
-                                        tfjit_eigen_conv2d_##suffix);                            \
+                                        &TfjitLinalg::conv2d_##suffix);                            \
   }                                                                                              \
   TFJIT_BACKPROP(conv2d_backprop_input, "Conv2DBackpropInput", true, false, suffix, T)           \
   TFJIT_BACKPROP(conv2d_backprop_filter, "Conv2DBackpropFilter", false, false, suffix, T)        \
@@ -514,6 +522,14 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
 
 TFJIT_DEFINE(f32, float)
 TFJIT_DEFINE(f64, double)
+
+// Hands the op library the host library's table; 0, or 1 for a table of another
+// layout (a host library built from other sources).
+TFJIT_EXPORT int32_t tfjit_rt_set_linalg(const TfjitLinalg* table) {
+  if (table == nullptr || table->size != static_cast<int64_t>(sizeof(TfjitLinalg))) return 1;
+  tensorflow::tfjit::host_linalg.store(table, std::memory_order_release);
+  return 0;
+}
 
 // The measured choices so far, one per line: "key\tfamily\tdefault µs\toneDNN µs"
 // (oneDNN -1: it refused the call). Writes at most `size` bytes (NUL-terminated) and
