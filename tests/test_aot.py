@@ -398,6 +398,13 @@ def test_usage_and_saved_model_errors(tf, tmp_path, capsys):
     err = _error(tmp_path, capsys, ["--graph", pb, "--config", cfg, "--cpp_class", "1bad",
                                     "--out_prefix", tmp_path / "e"])
     assert "--cpp_class='1bad'" in err
+    for name, why in [("ns::class", "'class' is a C++ keyword"), ("new::M", "'new' is a C++ keyword"),
+                      ("a::b::and_eq", "'and_eq' is a C++ keyword"), ("x__y", "reserved in C++"),
+                      ("ns::_Model", "reserved in C++")]:
+        assert _aot(["--graph", pb, "--config", cfg, "--cpp_class", name,
+                     "--out_prefix", tmp_path / "e"]) == 1
+        err = capsys.readouterr().err
+        assert why in err and not os.path.exists(tmp_path / "e.h"), (name, err)
     err = _error(tmp_path, capsys, ["--graph", pb, "--config", cfg, "--cpp_class", "M",
                                     "--out_prefix", tmp_path / "e", "--target_triple", "aarch64-linux-gnu"])
     assert "x86-64 code only" in err

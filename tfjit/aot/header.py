@@ -24,14 +24,35 @@ _TF_NAME = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "floa
             "u16": "uint16", "u32": "uint32", "u64": "uint64", "pred": "bool"}
 
 
+# C++20's keywords and alternative tokens: no namespace or class may be named so.
+CPP_KEYWORDS = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t
+    char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+    continue co_await co_return co_yield decltype default delete do double dynamic_cast
+    else enum explicit export extern false float for friend goto if inline int long
+    mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected
+    public register reinterpret_cast requires return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try
+    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+    xor_eq""".split())
+
+
 def split_class(cpp_class: str) -> tuple:
-    """``"a::b::Name"`` -> (["a", "b"], "Name"), validating each part as tfcompile does."""
+    """``"a::b::Name"`` -> (["a", "b"], "Name"), validating each part as tfcompile does:
+    an identifier, not a C++ keyword, not reserved to the implementation (``__x``,
+    ``_X``)."""
     from tfjit.aot.config import AotError, _IDENT
     parts = cpp_class.split("::")
     if parts and parts[0] == "":
         parts = parts[1:]         # a leading "::" names the global namespace
     if not parts or any(not _IDENT.match(p) for p in parts):
         raise AotError(f"--cpp_class={cpp_class!r} is not a C++ class name like ns::Name")
+    for p in parts:
+        if p in CPP_KEYWORDS:
+            raise AotError(f"--cpp_class={cpp_class!r}: {p!r} is a C++ keyword")
+        if "__" in p or (p[0] == "_" and len(p) > 1 and p[1].isupper()):
+            raise AotError(f"--cpp_class={cpp_class!r}: {p!r} is reserved in C++ "
+                           "(a double underscore, or an underscore and a capital)")
     return parts[:-1], parts[-1]
 
 

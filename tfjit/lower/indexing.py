@@ -91,7 +91,9 @@ def _cumulative(ctx):
         raise Unsupported(f"{ctx.node.op}: input must be at least rank 1")
     (axis,) = ctx.const_ints(1, f"{ctx.node.op}'s axis")
     kind = "sum" if ctx.node.op == "Cumsum" else "prod"
-    return ctx.m.scan(x, kind, _axis(ctx, axis, x.rank, "axis"), bool(ctx.attr("exclusive")),
+    if not -x.rank <= axis < x.rank:     # TF's words (ScanOp)
+        raise Unsupported(f"ScanOp: Expected scan axis in the range [{-x.rank}, {x.rank}), but got {axis}")
+    return ctx.m.scan(x, kind, axis % x.rank, bool(ctx.attr("exclusive")),
                       bool(ctx.attr("reverse")))
 
 

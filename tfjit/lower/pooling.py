@@ -67,8 +67,11 @@ def pool_dims(ctx: LowerCtx, shape: tuple, ksize: list, strides: list) -> list:
     if rank != 4 or len(ksize) != 4 or len(strides) != 4:
         raise Unsupported(f"{op}: input must be 4-D with 4 ksize/strides entries, got shape {list(shape)}, "
                           f"ksize {ksize}, strides {strides}")
-    if any(k <= 0 for k in ksize) or any(s <= 0 for s in strides):
-        raise Unsupported(f"{op}: ksize {ksize} and strides {strides} must be positive")
+    for field, values in (("ksize", ksize), ("stride", strides)):   # XLA's wording
+        for dim, v in enumerate(values):
+            if v <= 0:
+                raise Unsupported(f"{op}: Sliding window {field} field for dimension {dim} must be "
+                                  f"positive but is {v}")
     if ksize[0] != 1 or strides[0] != 1 or ksize[-1] != 1 or strides[-1] != 1:
         raise Unsupported(f"{op}: pooling across batch or depth (ksize {ksize}, strides {strides}) is not "
                           "supported")
