@@ -144,3 +144,53 @@ def test_an_idle_server_leaves_and_the_next_request_starts_another():
         assert client.starts == 3
     finally:
         client.close()
+
+
+def test_a_stopped_server_is_a_timeout_not_a_hang_and_is_replaced():
+    client = jit_server.Client(timeout=1.5)
+    try:
+        client.request("env")
+        stopped = client.pid
+        os.kill(stopped, signal.SIGSTOP)
+        with pytest.raises(jit_server.ServerTimeout, match=r"did not answer 'env' within 1.5 s"):
+            client.request("env")
+        assert not os.path.exists(f"/proc/{stopped}") or \
+            open(f"/proc/{stopped}/stat").read().split()[2] in "ZX"    # killed, not left stopped
+        assert client.request("env")["triple"] and client.pid not in (None, stopped)
+    finally:
+        client.close()
+
+
+def test_a_stopped_server_is_an_auto_mode_fallback(monkeypatch, caplog):
+    client = llvm_cpu.server()
+    _check(_fn(21.0))            # scales no other test compiles: nothing cached
+    monkeypatch.setattr(client, "timeout", 1.0)
+    os.kill(client.pid, signal.SIGSTOP)
+    xs = _inputs()
+    with caplog.at_level(logging.WARNING, logger="tfjit"):
+        got = tfjit.function(_fn(22.0), jit_compile=None)(*xs)     # auto mode: TF runs it
+    assert any("did not answer" in r.getMessage() for r in caplog.records), caplog.text
+    assert_matches(got.numpy(), tf.function(_fn(22.0))(*xs).numpy(), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(client, "timeout", 300.0)
+    _check(_fn(23.0))                       # a new server compiles the next one
+
+
+def test_what_the_server_prints_does_not_reach_the_protocol(tmp_path, monkeypatch, capfd):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nprint('hello from sitecustomize ' * 100)\n"
+        "sys.stdout.flush()\nprint('and on stderr', file=sys.stderr)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    client = jit_server.Client()
+    try:
+        assert client.request("env")["triple"]
+        assert client.request("asm", "define i32 @f() {\n  ret i32 7\n}\n").count("ret") >= 1
+    finally:
+        client.close()
+    assert "hello from sitecustomize" in capfd.readouterr().err      # logs, on stderr
+
+
+def test_the_compile_timeout_flag():
+    assert config.parse_flags("--tfjit_compile_timeout=2.5").tfjit_compile_timeout == 2.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(config.FlagError, match="expects a positive number"):
+            config.parse_flags(f"--tfjit_compile_timeout={bad}")

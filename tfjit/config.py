@@ -36,6 +36,7 @@ class Flags:
     tfjit_persistent_cache_directory: str = ""   # on-disk compile cache (off when empty)
     tfjit_compile_cache_size: int = 256      # compiled signatures kept in memory (LRU)
     tfjit_compile_in_process: bool = False   # run LLVM in this process (not the compile server)
+    tfjit_compile_timeout: float = 300.0     # seconds a compile server request may take
 
 
 _ALIASES = {"tf_xla_" + f.name[len("tfjit_"):]: f.name for f in dataclasses.fields(Flags)}
@@ -53,6 +54,14 @@ def _convert(field: dataclasses.Field, text: str):
             return int(text)
         except ValueError:
             raise FlagError(f"--{field.name} expects an integer, got {text!r}") from None
+    if field.type in ("float", float):
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise FlagError(f"--{field.name} expects a positive number, got {text!r}")
+        return value
     return text
 
 

@@ -11,8 +11,13 @@ and loads that (``runtime/loader.py``).  A crash here is a compile error there
 (auto mode falls back; must-compile reports it), and the next compile starts
 a new server.
 
-Protocol: length-prefixed pickles on the server's stdin/stdout, one request
-and one reply at a time: ``("env",)`` -> ``{"triple", "data_layout",
+Protocol: length-prefixed pickles on a socket pair of their own (the server's
+end is the descriptor named by ``--fd``), one request and one reply at a time;
+the server's stdin is /dev/null and its stdout and stderr are this process's
+stderr, for logs: whatever prints there (a ``sitecustomize``, a library) never
+reaches the replies.  Every request has a bounded wait (``timeout``,
+``--tfjit_compile_timeout``): a server that does not answer in time (stopped,
+hung) is killed and the request fails with ``ServerTimeout``.  Requests: ``("env",)`` -> ``{"triple", "data_layout",
 "cpu", "llvm"}``; ``("compile", ir_text)`` -> ``(object bytes, optimised IR)``;
 ``("asm", optimised_ir)`` -> assembly text.  A reply is ``("ok", value)`` or
 ``("error", message)``.  The server imports llvmlite and ``llvm_target`` (not
@@ -25,6 +30,7 @@ from __future__ import annotations
 import os
 import pickle
 import select
+import socket
 import struct
 import subprocess
 import sys
@@ -55,6 +61,10 @@ class ServerDied(RuntimeError):
     """The compile server ended while compiling (an LLVM crash, or it was killed)."""
 
 
+class ServerTimeout(ServerDied):
+    """The compile server did not answer within the timeout (it was stopped or hung)."""
+
+
 # A server idle this long exits (its ~100 MB go back; a model compiles at its start, then
 # trains for hours), and the next request starts a new one (~0.1 s).
 IDLE_SECONDS = 60.0
@@ -64,12 +74,15 @@ IDLE_EXIT = 75          # the exit code of a server that left because it was idl
 class Client:
     """The JIT process's end: starts the server on first use and again after it ended."""
 
-    def __init__(self, idle_seconds: float = IDLE_SECONDS):
+    def __init__(self, idle_seconds: float = IDLE_SECONDS, timeout: float = 300.0):
         self._lock = threading.Lock()
         self._proc = None
+        self._sock = None         # this end of the socket pair; _file reads and writes it
+        self._file = None
         self._pid = None          # the process that started the server (a fork needs its own)
         self._env = None
         self.idle_seconds = idle_seconds
+        self.timeout = timeout    # seconds a request may wait for its reply
         self.starts = 0           # servers started so far
 
     def _start(self):
@@ -77,11 +90,35 @@ class Client:
         env = dict(os.environ)    # the server imports tfjit from where this process does
         env.pop("TFJIT_FLAGS", None)   # it is no user program: no auto mode, no hook warning
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tfjit.codegen.jit_server", str(self.idle_seconds)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        ours, theirs = socket.socketpair()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tfjit.codegen.jit_server", str(self.idle_seconds),
+                 "--fd", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=2, pass_fds=(theirs.fileno(),),
+                env=env)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock, self._file = ours, ours.makefile("rwb")
         self._pid = os.getpid()
         self.starts += 1
+
+    def _stop(self, kill: bool) -> int:
+        """Ends this side's connection (killing the server first when ``kill``); the
+        server's exit code."""
+        if kill:
+            self._proc.kill()
+        for f in (self._file, self._sock):
+            try:
+                f.close()
+            except OSError:
+                pass
+        code = self._proc.wait()
+        self._proc = self._file = self._sock = None
+        return code
 
     def _running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._pid == os.getpid()
@@ -98,12 +135,17 @@ class Client:
                 if not self._running():
                     self._start()
                 try:
-                    _send(self._proc.stdin, message)
-                    status, value = _receive(self._proc.stdout)
+                    self._sock.settimeout(self.timeout)
+                    _send(self._file, message)
+                    status, value = _receive(self._file)
                     break
-                except (EOFError, BrokenPipeError, OSError):
-                    code = self._proc.wait()
-                    self._proc = None
+                except TimeoutError:
+                    self._stop(kill=True)
+                    raise ServerTimeout(f"tfjit's LLVM compile server did not answer {message[0]!r} "
+                                        f"within {self.timeout:g} s (--tfjit_compile_timeout); it "
+                                        "was stopped, and the next compile starts a new one") from None
+                except (EOFError, OSError):
+                    code = self._stop(kill=False)
                     if code == IDLE_EXIT and attempt == 1:   # it left as the request came
                         continue
                     how = f"signal {-code}" if code < 0 else f"exit code {code}"
@@ -122,8 +164,7 @@ class Client:
     def close(self) -> None:
         with self._lock:
             if self._running():
-                self._proc.stdin.close()
-                self._proc.wait()
+                self._stop(kill=False)     # the server sees end-of-file and exits
             self._proc = None
 
     @property
@@ -169,6 +210,5 @@ def _serve(inp, out, idle_seconds: float) -> int:
 
 
 if __name__ == "__main__":
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)        # whatever prints goes to stderr, never into the replies
-    sys.exit(_serve(sys.stdin.buffer, replies, float(sys.argv[1])))
+    channel = socket.socket(fileno=int(sys.argv[sys.argv.index("--fd") + 1]))
+    sys.exit(_serve(channel.makefile("rb"), channel.makefile("wb"), float(sys.argv[1])))

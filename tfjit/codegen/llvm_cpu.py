@@ -49,7 +49,7 @@ def server():
                 log.info("tfjit: no system linker (ld): LLVM runs in this process")
                 _client = False
             else:
-                _client = jit_server.Client()
+                _client = jit_server.Client(timeout=config.flags().tfjit_compile_timeout)
     return _client or None
 
 
