@@ -166,6 +166,31 @@ def test_entry_of_another_key_is_never_loaded(tfjit, cache, inputs):
     assert cache.stats.rejected == 1
 
 
+def other_model(x, y):
+    import tensorflow as tf
+    return tf.reduce_sum(x * 3.0 - y, axis=1) + tf.reduce_min(y, axis=1)
+
+
+def test_another_modules_payload_under_a_valid_header_is_never_run(tfjit, cache, inputs):
+    """An entry re-packed with another cluster's payload has a valid header and checksum:
+    the payload's own record of what it was compiled from refuses it (it once ran the
+    other cluster's code: 'unknown error code ...')."""
+    from tfjit.api.service import SERVICE
+    from tfjit.runtime import diskcache
+    compile_and_check(tfjit, inputs)
+    (mine,) = entries(cache)
+    SERVICE.forget_compiled()
+    g = tfjit.function(other_model, jit_compile=True)
+    assert_matches(g(*inputs).numpy(), other_model(*inputs).numpy(), atol=1e-5)
+    (theirs,) = [n for n in entries(cache) if n != mine]
+    key = bytes.fromhex(mine[:-len(".tfjit")])
+    their_payload = diskcache.unpack(bytes.fromhex(theirs[:-len(".tfjit")]),
+                                     open(os.path.join(cache.directory, theirs), "rb").read())
+    cache.put(key, their_payload)             # a valid header for my key, their code
+    compiled = compile_and_check(tfjit, inputs)
+    assert not compiled.code.from_cache and cache.stats.rejected == 1
+
+
 @pytest.mark.parametrize("what", ["tfjit_version", "cpu_features", "llvm_version", "loader"])
 def test_entries_of_other_versions_or_cpus_are_not_used(tfjit, cache, inputs, monkeypatch, what):
     """An entry written by another tfjit/LLVM version, for other CPU features or for the
@@ -232,6 +257,14 @@ def test_world_writable_directory_is_refused(tfjit, tmp_path, caplog, inputs):
     d.mkdir()
     os.chmod(d, 0o777)
     _refused(tfjit, d, caplog, inputs, "world-writable")
+    assert os.listdir(d) == []
+
+
+def test_group_writable_directory_is_refused(tfjit, tmp_path, caplog, inputs):
+    d = tmp_path / "group"
+    d.mkdir()
+    os.chmod(d, 0o770)
+    _refused(tfjit, d, caplog, inputs, "group-writable (mode 770)")
     assert os.listdir(d) == []
 
 

@@ -31,7 +31,11 @@ import tfjit
 from tfjit.codegen import llvm_cpu, llvm_target
 from tfjit.runtime import diskcache
 
-_PAYLOAD = struct.Struct("<QQ")       # object bytes, optimised IR bytes; then both
+# object bytes, optimised IR bytes, the digest of what it was compiled from; then both.
+# The digest binds a payload to its entry: a header can be valid for a payload of
+# another module (an entry copied or re-packed under another key), the digest cannot.
+_PAYLOAD = struct.Struct("<QQ32s")
+PAYLOAD_FORMAT = 2
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,6 +54,7 @@ def environment() -> bytes:
         "LLVM " + env["llvm"],
         "cpu " + env["cpu"],
         "loader " + env["loader"],      # an MCJIT object and a shared-library one differ
+        f"payload {PAYLOAD_FORMAT}",
     ]).encode()
 
 
@@ -60,24 +65,35 @@ def cache_key(llvm_ir: str, env: bytes | None = None) -> bytes:
     return h.digest()
 
 
-def pack_payload(obj: bytes, optimized_ir: str) -> bytes:
+def source_digest(llvm_ir: str, symbols: list) -> bytes:
+    """What a payload was compiled from: its module's LLVM IR and entry symbols."""
+    return hashlib.sha256("\0".join([llvm_ir, *symbols]).encode()).digest()
+
+
+def pack_payload(obj: bytes, optimized_ir: str, source: bytes) -> bytes:
     ir_bytes = optimized_ir.encode()
-    return _PAYLOAD.pack(len(obj), len(ir_bytes)) + obj + ir_bytes
+    return _PAYLOAD.pack(len(obj), len(ir_bytes), source) + obj + ir_bytes
 
 
-def unpack_payload(payload: bytes) -> tuple:
-    """(object bytes, optimised IR); ValueError when the sizes do not add up."""
+def unpack_payload(payload: bytes, source: bytes, symbols: list = ()) -> tuple:
+    """(object bytes, optimised IR) of a payload compiled from ``source``
+    (``source_digest``) that defines every entry symbol; ValueError otherwise."""
     if len(payload) < _PAYLOAD.size:
         raise ValueError("payload shorter than its size fields")
-    n_obj, n_ir = _PAYLOAD.unpack_from(payload)
+    n_obj, n_ir, compiled_from = _PAYLOAD.unpack_from(payload)
     if _PAYLOAD.size + n_obj + n_ir != len(payload) or n_obj == 0:
         raise ValueError("payload sizes do not add up")
+    if compiled_from != source:
+        raise ValueError("the payload was compiled from another module")
     start = _PAYLOAD.size
     obj = payload[start:start + n_obj]
     try:
         optimized_ir = payload[start + n_obj:].decode()
     except UnicodeDecodeError:
         raise ValueError("optimised IR is not UTF-8") from None
+    missing = [s for s in symbols if f'@"{s}"(' not in optimized_ir and f"@{s}(" not in optimized_ir]
+    if missing:
+        raise ValueError(f"the payload does not define {missing[0]}")
     return obj, optimized_ir
 
 
@@ -89,16 +105,16 @@ def compile_module(module, symbols: list, cache: diskcache.DiskCache | None = No
     if cache is None:
         return llvm_cpu.compile_module(module, symbols, runtime)
     text = str(module)
-    key = cache_key(text)
+    key, source = cache_key(text), source_digest(text, symbols)
     payload = cache.get(key)        # verified against the key and its checksum, or None
     if payload is not None:
         try:
-            obj, optimized_ir = unpack_payload(payload)
+            obj, optimized_ir = unpack_payload(payload, source, symbols)
             return llvm_cpu.load_object(obj, symbols, text, optimized_ir, runtime)
         except ValueError as e:
             cache.reject(key, str(e))
     objects = []
     code = llvm_cpu.compile_ir(text, symbols, on_object=objects.append, runtime=runtime)
     if len(objects) == 1:            # one module makes one object
-        cache.put(key, pack_payload(objects[0], code.optimized_ir))
+        cache.put(key, pack_payload(objects[0], code.optimized_ir, source))
     return code

@@ -24,7 +24,7 @@ and ``os.replace`` it over the entry, so readers in other processes see the
 old entry, the new one, or none, never half of one.
 
 The directory is created with mode 0700.  A directory that others could write
-into (world-writable) or that belongs to another user is refused with a
+into (group- or world-writable) or that belongs to another user is refused with a
 warning and the cache is off: another user could plant machine code there
 that this process would run.
 """
@@ -164,8 +164,9 @@ def check_directory(directory: str) -> str | None:
         return "it is not a directory"
     if st.st_uid != os.getuid():
         return f"it belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
-    if st.st_mode & stat.S_IWOTH:
-        return f"it is world-writable (mode {stat.S_IMODE(st.st_mode):o})"
+    if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+        who = "world" if st.st_mode & stat.S_IWOTH else "group"
+        return f"it is {who}-writable (mode {stat.S_IMODE(st.st_mode):o})"
     return None
 
 
