@@ -39,3 +39,34 @@ def test_errors_are_tfs(tf, tfjit, case):
     with pytest.raises(tf.errors.InvalidArgumentError) as auto:
         tfjit.function(make(tf), jit_compile=None)(x)
     assert tf_words in str(auto.value)
+
+
+def _frozen_graph_fn(tf):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8], name="x")
+        tf.identity(tf.unique(x * 2.0)[0] + 1.0, name="y")
+    graph_def = g.as_graph_def()
+
+    def f(x):
+        (out,) = tf.graph_util.import_graph_def(graph_def, input_map={"x:0": x},
+                                                return_elements=["y:0"])
+        return out * 3.0
+    return f
+
+
+def test_an_imported_graph_with_an_op_tfjit_cannot_compile(tf, tfjit, caplog):
+    # Ops imported from a GraphDef carry no traceback: the must-compile error names
+    # the op (it was a TypeError), and fall-back functions run the graph in TF.
+    import logging
+    f = _frozen_graph_fn(tf)
+    x = tf.constant(np.arange(8, dtype=np.float32) % 3)
+    want = tf.function(f)(x).numpy()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Unique \(no tfjit lowering"):
+        tfjit.function(f, jit_compile=True)(x)
+    np.testing.assert_array_equal(tfjit.function(f, jit_compile=None)(x).numpy(), want)
+    from tfjit.api.function import Function
+    with caplog.at_level(logging.INFO, logger="tfjit"):
+        got = Function(f, jit_compile=True, fall_back=True)(x)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert "Unique" in caplog.text

@@ -30,7 +30,8 @@ def _is_internal(filename: str, roots: tuple) -> bool:
 def user_frame(graph, node_name: str) -> str:
     """``File "prog.py", line 12, in f`` for the user code that created ``node_name``."""
     try:
-        frames = list(graph.get_operation_by_name(node_name).traceback)
+        # an op imported from a GraphDef (import_graph_def, a frozen graph) has no traceback
+        frames = list(graph.get_operation_by_name(node_name).traceback or ())
     except (KeyError, ValueError, AttributeError):
         return ""
     roots = _internal_roots()
