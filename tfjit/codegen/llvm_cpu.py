@@ -106,7 +106,7 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
     steps = []
     for n, f in enumerate(fusions):
-        kname = f"{prefix}.k{n}"
+        kname = bounded_name(f"{prefix}.k{n}")
         if f.kind == "library":
             steps += library.emit(module, f, plan, kname, messages)
         elif f.kind in ("while", "conditional"):
@@ -120,6 +120,18 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
             emitter = indexing.emitter_for(f.kind)
             steps += emitter(module, mathlib.emit, f, plan, kname, messages).emit()
     return steps
+
+
+MAX_NAME = 120     # LLVM refuses local names (labels carry the kernel's) past 1024 chars
+
+
+def bounded_name(name: str) -> str:
+    """``name``, or where nesting made it long (a kernel in a branch of a branch ...
+    of a conditional), its head and a digest of the whole: still unique in the module."""
+    if len(name) <= MAX_NAME:
+        return name
+    import hashlib
+    return f"{name[:MAX_NAME - 18]}..{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 def _bind_in_process(runtime: list) -> None:

@@ -104,6 +104,7 @@ class Functions:
         self.library = library
         self._graphs: dict = {}
         self._names: set = set()
+        self._active: list = []     # the functions being lowered, outermost first
 
     def computation_name(self, base: str) -> str:
         """A name for a new computation, unique within this cluster's module."""
@@ -129,15 +130,21 @@ class Functions:
         if len(args) != self.num_args(fname):
             raise Unsupported(f"{fname} takes {self.num_args(fname)} inputs, {caller.op} passes "
                               f"{len(args)}")
+        if fname in self._active:     # TF refuses it too: a function cannot call itself
+            cycle = " -> ".join(self._active[self._active.index(fname):] + [fname])
+            raise Unsupported(f"function {fname} calls itself ({cycle}): recursion in a "
+                              "function library is invalid")
         graph = self._graphs.get(fname)
         if graph is None:
             graph = self._graphs[fname] = function_graph(self._function(fname), self.library)
         folder, source = m.folder, m.source
         m.folder = _fold
+        self._active.append(fname)
         try:
             return _lower_graph(m, graph, args, self)
         except LoweringError as e:
             where = f"in {fname} (called by {caller.op} {caller.name})"
             raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name) from None
         finally:
+            self._active.pop()
             m.folder, m.source = folder, source
