@@ -128,3 +128,28 @@ def test_a_self_recursive_while_body_is_an_error_naming_the_function(tf, tmp_pat
                  "--cpp_class", "R", "--out_prefix", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
     assert f"function {body} calls itself ({body} -> {body})" in err, err
+
+
+@pytest.mark.parametrize("n, dtype, start, delta", [(5_000_000, "int32", 0, 1),
+                                                    (10**7, "float32", 0.5, 0.25),
+                                                    (300_001, "float64", 1.0, -1e-3),
+                                                    (4096, "int64", -7, 3)])
+def test_a_large_range_is_computed_by_its_kernel_not_folded(tf, tfjit, n, dtype, start, delta):
+    # tf.range(5_000_000) took 40 s and 1.6 GB to fold into a constant at compile time
+    def f():
+        return tf.range(start, start + n * delta, delta, dtype=getattr(tf, dtype)) * 2
+    fn = tfjit.function(f, jit_compile=True)
+    got = _bounded(f"range({n})", lambda: fn())
+    np.testing.assert_array_equal(got.numpy(), tf.function(f)().numpy())
+    from tfjit.ir.module import FOLD_MAX_ELEMENTS
+    assert ("iota" in fn.compiled().module_after) == (n > FOLD_MAX_ELEMENTS)
+
+
+def test_a_large_constant_compiles_as_one_byte_string(tf, tfjit):
+    # a 4M-float constant took 39 s: one LLVM constant per element; now its bytes
+    c = np.random.default_rng(3).standard_normal(4_000_000).astype(np.float32)
+    c[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    f = tfjit.function(lambda x: x * tf.constant(c) + 1.0, jit_compile=True)
+    x = tf.ones([c.size])
+    got = _bounded("4M constant", lambda: f(x))
+    assert_matches(got.numpy(), c + 1.0)

@@ -378,13 +378,17 @@ class KernelEmitter(ReductionRows):
                 flat = flat.view(np.dtype(f"u{i.dtype.itemsize}"))
             elif i.dtype is dt.PRED:
                 flat = flat.astype(np.uint8)
-            arr_t = ir.ArrayType(bits_t, flat.size)
+            # one byte string (c"..."), not an LLVM constant per element: a 4M-element
+            # constant took 39 s to build and parse element by element
+            data = bytearray(flat.astype(flat.dtype.newbyteorder("<")).tobytes())
+            arr_t = ir.ArrayType(I8, len(data))
             g = ir.GlobalVariable(self.module, arr_t, name=name)
             g.global_constant = True
             g.linkage = "internal"
-            g.initializer = ir.Constant(arr_t, [ir.Constant(bits_t, v.item()) for v in flat])
+            g.align = 64
+            g.initializer = ir.Constant(arr_t, data)
         b = self.b
-        raw = b.load(b.gep(g, [i64(0), self._linear(idx, i.shape)], source_etype=g.value_type), typ=bits_t)
+        raw = b.load(b.gep(g, [self._linear(idx, i.shape)], source_etype=bits_t), typ=bits_t)
         return self._from_storage(raw if bits_t == st else b.bitcast(raw, st), i.dtype)
 
     def _from_storage(self, raw, d: dt.DType):

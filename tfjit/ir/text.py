@@ -46,13 +46,13 @@ def shape_str(i: Instr) -> str:
 
 
 def _literal(value: np.ndarray) -> str:
-    flat = value.reshape(-1)
+    flat = value.reshape(-1)      # tolist(): Python scalars at C speed (large constants)
     if value.dtype == np.bool_:
-        items = ["true" if v else "false" for v in flat]
+        items = ["true" if v else "false" for v in flat.tolist()]
     elif value.dtype.kind == "f" or value.dtype.name == "bfloat16":
-        items = [repr(float(v)) for v in flat]
+        items = list(map(repr, flat.astype(np.float64).tolist()))
     else:
-        items = [str(int(v)) for v in flat]
+        items = list(map(str, flat.tolist()))
     return items[0] if value.ndim == 0 else "{" + ", ".join(items) + "}"
 
 

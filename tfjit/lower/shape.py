@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import Instr
+from tfjit.ir.module import FOLD_MAX_ELEMENTS, Instr
 from tfjit.ir.ops import Op
 from tfjit.lower import registry
 from tfjit.lower.registry import LowerCtx, Unsupported, broadcast_to, register, scalar_like
@@ -340,6 +340,11 @@ def _range(ctx: LowerCtx):
         size = (abs(int(limit) - int(start)) + abs(int(delta)) - 1) // abs(int(delta))
     else:
         size = int(np.ceil(np.abs((limit - start) / delta)))
+    if size > FOLD_MAX_ELEMENTS:   # computed by the kernel that reads it, not by the compiler
+        m = ctx.m
+        iota = m.iota(dtype, (size,), 0)
+        scaled = m.elementwise(Op.MUL, iota, m.broadcast(m.scalar(delta, dtype), (size,), ()))
+        return m.elementwise(Op.ADD, scaled, m.broadcast(m.scalar(start, dtype), (size,), ()))
     with np.errstate(all="ignore"):       # TF computes start + i * delta in the type
         values = start + np.arange(size).astype(start.dtype) * delta
     return ctx.m.constant(values.astype(dtype.numpy()), dtype)
