@@ -14,7 +14,9 @@ import string
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
-from tfjit.lower.registry import Unsupported, broadcast_shapes, register
+from tfjit.ir.ops import Op
+from tfjit.lower import registry
+from tfjit.lower.registry import Unsupported, broadcast_shapes, broadcast_to, register
 
 _DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
 
@@ -148,3 +150,28 @@ def _einsum_two(m: Module, xs: list, terms: list, out: str) -> Instr:
     product = m.reshape(product, tuple(size[c] for c in batch + rows + cols))
     order = batch + rows + cols
     return m.transpose(product, [order.index(c) for c in out])
+
+
+@register("MatrixBandPart", dtypes=registry.ALL)
+def _band_part(ctx):
+    """Keeps x[..., i, j] where (lower < 0 or i - j <= lower) and (upper < 0 or
+    j - i <= upper), else 0: index comparisons in the consumer's loop.  The band
+    limits may be run-time values."""
+    x, lower, upper = ctx.inputs
+    if x.rank < 2:
+        raise Unsupported(f"MatrixBandPart needs a matrix, got rank {x.rank}")
+    m, shape, t = ctx.m, x.shape, lower.dtype
+    for limit, what, n in ((lower, "num_lower", shape[-2]), (upper, "num_upper", shape[-1])):
+        if limit.op is Op.CONSTANT and int(limit.value) > n:      # TF's check and words
+            raise Unsupported(f"{what} must be negative or less or equal to number of "
+                              f"{'rows' if what == 'num_lower' else 'columns'} ({n}) got: "
+                              f"{int(limit.value)}")
+    rows, cols = m.iota(t, shape, x.rank - 2), m.iota(t, shape, x.rank - 1)
+    zero = broadcast_to(m, m.scalar(0, t), shape)
+
+    def within(limit: Instr, a: Instr, b: Instr) -> Instr:
+        limit = broadcast_to(m, limit, shape)
+        return m.elementwise(Op.OR, m.elementwise(Op.LT, limit, zero),
+                             m.elementwise(Op.LE, m.elementwise(Op.SUB, a, b), limit))
+    keep = m.elementwise(Op.AND, within(lower, rows, cols), within(upper, cols, rows))
+    return m.elementwise(Op.SELECT, keep, x, broadcast_to(m, m.scalar(0, x.dtype), shape))

@@ -350,6 +350,20 @@ def _range(ctx: LowerCtx):
     return ctx.m.constant(values.astype(dtype.numpy()), dtype)
 
 
+@register("ReverseV2", dtypes=registry.ALL)
+def _reverse(ctx: LowerCtx):
+    """A slice with stride -1 along each reversed axis (duplicates are TF's error)."""
+    x = ctx.inputs[0]
+    axes = [a + x.rank if a < 0 else a for a in ctx.const_ints(1, "ReverseV2's axis")]
+    if any(not 0 <= a < x.rank for a in axes) or len(set(axes)) != len(axes):
+        raise Unsupported(f"ReverseV2: invalid axes {ctx.const_ints(1, 'axis')} for rank {x.rank}")
+    if x.size == 0:
+        return x
+    starts = [n - 1 if d in axes else 0 for d, n in enumerate(x.shape)]
+    strides = [-1 if d in axes else 1 for d in range(x.rank)]
+    return ctx.m.slice(x, starts, x.shape, strides)
+
+
 @register("Shape", dtypes=registry.ALL)
 def _shape(ctx: LowerCtx):
     return _shape_constant(ctx, list(ctx.inputs[0].shape), _out_type(ctx))
