@@ -520,3 +520,20 @@ def test_a_failed_op_library_build_leaves_the_program_to_tensorflow(tmp_path):
     assert broken.stderr.count("auto-clustering is off in this process") == 1, broken.stderr[-3000:]
     assert "this compiler always fails" in broken.stderr
     assert broken.stdout.split("RESULT")[1] == plain.stdout.split("RESULT")[1]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "rmsprop"])
+def test_tf1_optimizers_with_slots_and_a_computed_initializer(optimizer):
+    # Slot variables and W are created by initializers that auto mode clusters: the
+    # launch found no variable yet ("Container localhost does not exist") and failed.
+    script = os.path.join(ROOT, "tools", "softmax_regression.py")
+    args = ["--steps", "30", "--optimizer", optimizer, "--computed_init"]
+    plain = run_program(script, "", *args)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    jit = run_program(script, "--tfjit_auto_jit=2 --tfjit_cpu_global_jit --tfjit_min_cluster_size=1",
+                      *args)
+    assert jit.returncode == 0, jit.stderr[-3000:]
+    acc_plain, loss_plain = float(plain.stdout.split()[1]), float(plain.stdout.split()[3])
+    acc_jit, loss_jit = float(jit.stdout.split()[1]), float(jit.stdout.split()[3])
+    assert abs(acc_plain - acc_jit) <= 0.005, (plain.stdout, jit.stdout)
+    assert loss_jit == pytest.approx(loss_plain, rel=1e-3, abs=1e-4)

@@ -30,10 +30,23 @@ def synthetic_mnist(n, seed):
     return images.astype(np.float32), np.eye(10, dtype=np.float32)[labels]
 
 
+OPTIMIZERS = {
+    "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.5),
+    "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.01),
+    "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.5),
+    "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+    "rmsprop": lambda: tf.compat.v1.train.RMSPropOptimizer(0.01),
+}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--trace", default="", help="write the last step's chrome trace here")
+    parser.add_argument("--optimizer", default="sgd", choices=sorted(OPTIMIZERS),
+                        help="TF1 optimizer (the others create slot variables)")
+    parser.add_argument("--computed_init", action="store_true",
+                        help="initialise W from a computed expression, not tf.zeros")
     args = parser.parse_args()
     train_x, train_y = synthetic_mnist(6000, seed=1)
     test_x, test_y = synthetic_mnist(2000, seed=2)
@@ -43,12 +56,15 @@ def main():
         tf.compat.v1.set_random_seed(0)
         x = tf.compat.v1.placeholder(tf.float32, [None, 784])
         y_ = tf.compat.v1.placeholder(tf.float32, [None, 10])
-        W = tf.compat.v1.Variable(tf.zeros([784, 10]))
+        if args.computed_init:   # an initializer that auto mode clusters
+            W = tf.compat.v1.Variable(0.01 * tf.exp(tf.sin(tf.cos(tf.tanh(tf.ones([784, 10])) * 2.) + 1.)))
+        else:
+            W = tf.compat.v1.Variable(tf.zeros([784, 10]))
         b = tf.compat.v1.Variable(tf.zeros([10]))
         y = tf.matmul(x, W) + b
         cross_entropy = tf.reduce_mean(
             tf.nn.softmax_cross_entropy_with_logits(labels=y_, logits=y))
-        train_step = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(cross_entropy)
+        train_step = OPTIMIZERS[args.optimizer]().minimize(cross_entropy)
         correct = tf.equal(tf.argmax(y, 1), tf.argmax(y_, 1))
         accuracy = tf.reduce_mean(tf.cast(correct, tf.float32))
         init = tf.compat.v1.global_variables_initializer()

@@ -24,7 +24,15 @@ class Variables {
     vars_.resize(ctx->num_inputs());
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       if (ctx->input_dtype(i) != DT_RESOURCE) continue;
-      TF_RETURN_IF_ERROR(LookupResource(ctx, HandleFromInput(ctx, i), &vars_[i]));
+      absl::Status found = LookupResource(ctx, HandleFromInput(ctx, i), &vars_[i]);
+      if (absl::IsNotFound(found)) {
+        // Not created yet: a TF1 initializer's AssignVariableOp creates it (in the
+        // fallback, which TF runs as it would have); reading it is TF's error there.
+        uninitialized_ = i;
+        vars_[i].reset();
+        continue;
+      }
+      TF_RETURN_IF_ERROR(found);
       locked_.push_back(vars_[i]->mu());
     }
     std::sort(locked_.begin(), locked_.end());
@@ -34,7 +42,7 @@ class Variables {
           "tfjit: the same resource variable is passed to a TfjitLaunch twice");
     }
     for (mutex* mu : locked_) mu->lock();
-    for (int i = 0; i < ctx->num_inputs(); ++i) {
+    for (int i = 0; i < ctx->num_inputs() && uninitialized_ < 0; ++i) {
       if (vars_[i] && !vars_[i]->is_initialized) uninitialized_ = i;
     }
     return absl::OkStatus();
