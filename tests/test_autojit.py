@@ -537,3 +537,14 @@ def test_tf1_optimizers_with_slots_and_a_computed_initializer(optimizer):
     acc_jit, loss_jit = float(jit.stdout.split()[1]), float(jit.stdout.split()[3])
     assert abs(acc_plain - acc_jit) <= 0.005, (plain.stdout, jit.stdout)
     assert loss_jit == pytest.approx(loss_plain, rel=1e-3, abs=1e-4)
+
+
+def test_get_jit_tells_the_truth_about_flags_set_after_start_up():
+    code = ("import os, tfjit\n"
+            "os.environ['TFJIT_FLAGS'] = '--tfjit_auto_jit=2 --tfjit_cpu_global_jit'\n"
+            "print('LATE', tfjit.config.get_jit())\n"
+            "tfjit.config.set_jit('autoclustering')\n"
+            "print('SET', tfjit.config.get_jit())\n")
+    r = run_program(code, "")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "LATE False" in r.stdout and "SET autoclustering" in r.stdout, r.stdout

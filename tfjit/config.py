@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import os
 import shlex
+import sys
 
 
 class FlagError(ValueError):
@@ -123,8 +124,14 @@ def set_jit(mode) -> None:
 
 
 def get_jit():
-    """``"autoclustering"`` when auto mode is on, else False (as tf.config.optimizer.get_jit)."""
-    return "autoclustering" if flags().tfjit_auto_jit > 0 else False
+    """``"autoclustering"`` when auto mode is on, else False (as tf.config.optimizer.get_jit).
+    On means the flags ask for it and the graph pass runs in this process: TFJIT_FLAGS
+    put into os.environ after start-up, with neither the start-up hook nor set_jit to
+    act on it, clusters nothing, and get_jit says so."""
+    if flags().tfjit_auto_jit <= 0:
+        return False
+    autojit = sys.modules.get("tfjit.api.autojit")
+    return "autoclustering" if autojit is not None and autojit.is_active() else False
 
 
 def set_dump_dir(path: str | None) -> None:

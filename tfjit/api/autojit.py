@@ -61,6 +61,11 @@ def activate() -> None:
         _active = True
 
 
+def is_active() -> bool:
+    """Whether the graph pass runs (``activate`` succeeded and no ``deactivate`` since)."""
+    return _active
+
+
 def deactivate() -> None:
     """Unregisters the graph pass (graphs already rewritten keep their launch nodes)."""
     global _active
