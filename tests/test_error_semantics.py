@@ -70,3 +70,47 @@ def test_an_imported_graph_with_an_op_tfjit_cannot_compile(tf, tfjit, caplog):
         got = Function(f, jit_compile=True, fall_back=True)(x)
     np.testing.assert_array_equal(got.numpy(), want)
     assert "Unique" in caplog.text
+
+
+def _while_graph(tf, damage):
+    tf.compat.v1.enable_control_flow_v2()
+    with tf.Graph().as_default() as g:
+        a = tf.compat.v1.placeholder(tf.float32, [4], name="a")
+        out = tf.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, tf.tanh(x) * 2.0), [0, a])[1]
+        tf.identity(out, name="out")
+    gd = g.as_graph_def()
+    (w,) = [n for n in gd.node if n.op in ("While", "StatelessWhile")]
+    (fd,) = [f for f in gd.library.function if f.signature.name == w.attr["body"].func.name]
+    (nd,) = [n for n in fd.node_def if n.op == "Tanh"]
+    damage(tf, nd)
+    return gd
+
+
+MALFORMED = {
+    "missing-attr": (lambda tf, nd: nd.attr.pop("T"), "NodeDef missing attr 'T'"),
+    "ill-typed-attr": (lambda tf, nd: nd.attr["T"].CopyFrom(tf.compat.v1.AttrValue(i=3)),
+                       "when 'type' expected"),
+    "dtype-mismatch": (lambda tf, nd: nd.attr["T"].CopyFrom(
+        tf.compat.v1.AttrValue(type=tf.float64.as_datatype_enum)), "incompatible with expected double"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_a_malformed_function_body_is_refused(tf, tfjit, tmp_path, capsys, case):
+    from tfjit.aot.cli import main
+    damage, words = MALFORMED[case]
+    gd = _while_graph(tf, damage)
+    (tmp_path / "g.pb").write_bytes(gd.SerializeToString())
+    (tmp_path / "c.pbtxt").write_text('feed { id { node_name: "a" } shape { dim { size: 4 } } }\n'
+                                      'fetch { id { node_name: "out" } }\n')
+    assert main(["--graph", str(tmp_path / "g.pb"), "--config", str(tmp_path / "c.pbtxt"),
+                 "--cpp_class", "V", "--out_prefix", str(tmp_path / "v")]) == 1
+    err = capsys.readouterr().err
+    assert "is invalid" in err and words in err, err
+    assert not (tmp_path / "v.o").exists()
+
+    def f(x):
+        (y,) = tf.graph_util.import_graph_def(gd, input_map={"a:0": x}, return_elements=["out:0"])
+        return y
+    with pytest.raises(tf.errors.InvalidArgumentError, match=words):
+        tfjit.function(f, jit_compile=True)(tf.ones([4]))

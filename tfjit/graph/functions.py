@@ -91,3 +91,31 @@ def function_graph(fdef, library: dict) -> Graph:
         ret.input.append(tensor(fdef.ret[arg.name]))
         ret.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=arg.type))
     return Graph(gd)
+
+
+def validate(fname: str, graph: Graph, library: dict) -> None:
+    """Raises ValueError, in TensorFlow's words, where TF would refuse function ``fname``
+    (its body as ``function_graph`` made it): an op it does not know, an attr that is
+    missing or of the wrong type for its OpDef, an input whose dtype is not its
+    producer's.  TF's own importer checks these; it sees the functions the body calls
+    too, which are checked when they are lowered in turn."""
+    import tensorflow as tf
+    gd = graph.graph_def.__class__()
+    gd.CopyFrom(graph.graph_def)
+
+    def legal(name: str) -> str:     # TF's node names may not start with "_" (_arg_0)
+        return "tfjit" + name if name.startswith("_") else name
+
+    def legal_input(ref: str) -> str:
+        return "^" + legal(ref[1:]) if ref.startswith("^") else legal(ref)
+    for nd in gd.node:
+        nd.name = legal(nd.name)
+        nd.input[:] = [legal_input(i) for i in nd.input]
+    for name in referenced(gd.node, library):
+        gd.library.function.add().CopyFrom(library[name])
+    try:
+        with tf.Graph().as_default():
+            tf.graph_util.import_graph_def(gd, name="")
+    except (ValueError, TypeError, tf.errors.OpError) as e:
+        text = getattr(e, "message", None) or str(e)
+        raise ValueError(f"function {fname} is invalid: {text.splitlines()[0][:500]}") from None

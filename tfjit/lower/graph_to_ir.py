@@ -11,7 +11,7 @@ modules of their own (``Functions``; lower/control_flow.py).
 from __future__ import annotations
 
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
-from tfjit.graph.functions import function_graph
+from tfjit.graph.functions import function_graph, validate
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import STRUCTURAL
 from tfjit.ir import interp
@@ -136,7 +136,12 @@ class Functions:
                               "function library is invalid")
         graph = self._graphs.get(fname)
         if graph is None:
-            graph = self._graphs[fname] = function_graph(self._function(fname), self.library)
+            graph = function_graph(self._function(fname), self.library)
+            try:
+                validate(fname, graph, self.library)
+            except ValueError as e:
+                raise Unsupported(str(e)) from None
+            self._graphs[fname] = graph
         folder, source = m.folder, m.source
         m.folder = _fold
         self._active.append(fname)
