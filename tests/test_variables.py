@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import tfjit
 from oracle import assert_matches
+from tfjit.runtime import launch
 
 R = tf.raw_ops
 
@@ -218,8 +219,13 @@ def test_optimizer_updates_are_written_in_place():
     assert_matches(jit(g).numpy(), ref(g).numpy(), rtol=1e-5)      # compiles
     assert jit.compiled(g).plan.update_in_place == [True, True]
     before = (_address(v), _address(m))
+    counts = launch.stats()
     for _ in range(3):
         assert_matches(jit(g).numpy(), ref(g).numpy(), rtol=1e-5)
+    after = launch.stats()
+    # counted by the launch op: an address alone can be a freed buffer handed out again
+    assert after["updates_in_place"] - counts["updates_in_place"] == 6
+    assert after["updates_fresh"] == counts["updates_fresh"]
     assert (_address(v), _address(m)) == before          # no fresh buffers
     assert_matches(v.numpy(), ref_v.numpy(), rtol=1e-6)
     assert_matches(m.numpy(), ref_m.numpy(), rtol=1e-6)

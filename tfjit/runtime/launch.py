@@ -431,8 +431,13 @@ def kernel_choices() -> dict:
 
 
 def stats() -> dict:
+    """Launch cache hits and misses, and variable updates written in place or into a
+    fresh buffer, since the op library loaded."""
     if _library is None:
-        return {"hits": 0, "misses": 0}
+        return {"hits": 0, "misses": 0, "updates_in_place": 0, "updates_fresh": 0}
     hits, misses = ctypes.c_int64(), ctypes.c_int64()
     _library.c.TfjitGetStats(ctypes.byref(hits), ctypes.byref(misses))
-    return {"hits": hits.value, "misses": misses.value}
+    in_place, fresh = ctypes.c_int64(), ctypes.c_int64()
+    _library.c.TfjitGetUpdateStats(ctypes.byref(in_place), ctypes.byref(fresh))
+    return {"hits": hits.value, "misses": misses.value, "updates_in_place": in_place.value,
+            "updates_fresh": fresh.value}

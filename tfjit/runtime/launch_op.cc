@@ -456,6 +456,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
       for (int u = 0; u < exe.num_updates; ++u) {
         Var* var = vars.var(exe.update_input[u]);
         if (!in_place[u]) *var->tensor() = updates[u];
+        tfjit::CountUpdate(in_place[u]);
         var->is_initialized = true;
       }
       return absl::OkStatus();

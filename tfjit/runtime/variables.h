@@ -4,6 +4,8 @@
 #define TFJIT_RUNTIME_VARIABLES_H_
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,6 +17,13 @@ namespace tensorflow {
 namespace tfjit {
 
 constexpr int32_t kVariableDtypeOffset = 100;   // TF's DT_*_REF numbering
+
+// Variable updates so far: written in place, or into a fresh buffer swapped in
+// (TfjitGetUpdateStats; tests read it, since an address can be recycled).
+inline std::atomic<int64_t> g_updates[2] = {0, 0};
+inline void CountUpdate(bool in_place) {
+  g_updates[in_place ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
+}
 
 // The resource-variable inputs of one launch, looked up and locked for its
 // duration (in increasing mutex address order, as TF's own training ops).
@@ -78,5 +87,12 @@ class Variables {
 
 }  // namespace tfjit
 }  // namespace tensorflow
+
+// Defined here, not inline: this header is included by launch_op.cc alone.
+extern "C" __attribute__((visibility("default"))) void TfjitGetUpdateStats(
+    int64_t* in_place, int64_t* fresh) {
+  *in_place = tensorflow::tfjit::g_updates[0].load(std::memory_order_relaxed);
+  *fresh = tensorflow::tfjit::g_updates[1].load(std::memory_order_relaxed);
+}
 
 #endif  // TFJIT_RUNTIME_VARIABLES_H_
