@@ -503,6 +503,9 @@ def test_tf1_softmax_regression_trains_the_same_and_shows_clusters_in_the_timeli
 def test_a_failed_op_library_build_leaves_the_program_to_tensorflow(tmp_path):
     # Auto mode never breaks a working program: with a compiler that fails (and no
     # library built yet), the program runs unclustered, said in one warning.
+    # PYTHONPATH puts this checkout's tfjit first for the .pth hook too: after
+    # `pip install .` the hook would otherwise load the installed copy, whose
+    # prebuilt library means no build runs (CI failed on exactly that).
     from tfjit.runtime import build
     if os.path.isdir(build.PREBUILT):
         pytest.skip("this checkout holds a prebuilt op library (pip install -e .): no build runs")
@@ -515,7 +518,8 @@ def test_a_failed_op_library_build_leaves_the_program_to_tensorflow(tmp_path):
     plain = run_program(PROGRAM, "")
     broken = run_program(PROGRAM, "--tfjit_auto_jit=2 --tfjit_cpu_global_jit",
                          extra_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                                    "XDG_CACHE_HOME": str(tmp_path / "cache")})
+                                    "XDG_CACHE_HOME": str(tmp_path / "cache"),
+                                    "PYTHONPATH": ROOT})
     assert broken.returncode == 0, broken.stderr[-3000:]
     assert broken.stderr.count("auto-clustering is off in this process") == 1, broken.stderr[-3000:]
     assert "this compiler always fails" in broken.stderr
