@@ -58,6 +58,7 @@ FLOAT = ("f32", "f64")
 NUM = ("f32", "f64", "i32", "i64")
 ALL = ("f32", "f64", "i32", "i64", "bool")
 HALF = ("f16", "bf16")           # only for a few representative float ops
+SMALL_INTS = ("i8", "i16", "u8", "u16", "u32", "u64")   # only where an op family is about ints
 
 
 def is_float(d: str) -> bool:
@@ -281,6 +282,12 @@ BINARY = [
     _binary("Add", NUM + HALF), _binary("AddV2", NUM), _binary("Sub", NUM), _binary("Mul", NUM + HALF),
     _binary("Div", NUM, valid=_nonzero_divisor), _binary("RealDiv", FLOAT), _binary("DivNoNan", FLOAT),
     _binary("FloorDiv", NUM, valid=_nonzero_divisor), _binary("FloorMod", NUM, valid=_nonzero_divisor),
+    # the integer-style family on every dtype TF's CPU kernels take (TruncateDiv on
+    # floats once returned plain x / y)
+    _binary("TruncateDiv", NUM + HALF + SMALL_INTS, valid=_nonzero_divisor),
+    _binary("FloorDiv", HALF + SMALL_INTS, valid=_nonzero_divisor),
+    _binary("FloorMod", HALF + SMALL_INTS, valid=_nonzero_divisor),
+    _binary("TruncateMod", NUM, valid=_nonzero_divisor), _binary("Mod", NUM, valid=_nonzero_divisor),
     _binary("Maximum", NUM, **_TIES_BY_POSITION), _binary("Minimum", NUM, **_TIES_BY_POSITION),
     # Pow and Atan2 of denormals: TF's answer depends on the element's position
     # (its scalar tail calls libm, which ignores DAZ: pow(-1e-40, 0.5) is NaN

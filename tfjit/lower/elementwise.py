@@ -23,11 +23,32 @@ for _tf, _op in _BINARY.items():
     register(_tf, half_in_f32=True)(lambda ctx, _op=_op: ctx.m.elementwise(_op, *broadcast_all(ctx.m, *ctx.inputs)))
 
 
-@register("Div", "RealDiv", "TruncateDiv", half_in_f32=True)
+@register("Div", "RealDiv", half_in_f32=True)
 def _div(ctx):
     if ctx.node.op == "RealDiv" and not ctx.dtype.is_float:
         raise Unsupported("RealDiv on integers has no CPU kernel in TensorFlow")
     return ctx.m.elementwise(Op.DIV, *broadcast_all(ctx.m, *ctx.inputs))
+
+
+def _float_quotient(ctx, x, y):
+    """x / y as TF's float kernels round it before floor or trunc: in the node's own
+    dtype, so a half quotient of 2.9999 is 3 first (computed in f32, rounded once)."""
+    m = ctx.m
+    q = m.elementwise(Op.DIV, x, y)
+    return m.convert(m.convert(q, ctx.dtype), q.dtype) if ctx.dtype is not q.dtype else q
+
+
+@register("TruncateDiv", half_in_f32=True)
+def _truncate_div(ctx):
+    # Integer division is truncating already; on floats TF gives trunc(x / y), which
+    # keeps the quotient's sign of zero (-1 / 7 is -0.0) and its inf and NaN.
+    m = ctx.m
+    x, y = broadcast_all(m, *ctx.inputs)
+    if not x.dtype.is_float:
+        return m.elementwise(Op.DIV, x, y)
+    q = _float_quotient(ctx, x, y)
+    negative = m.elementwise(Op.LT, q, scalar_like(m, 0, q))
+    return m.elementwise(Op.SELECT, negative, m.elementwise(Op.CEIL, q), m.elementwise(Op.FLOOR, q))
 
 
 @register("DivNoNan", dtypes=FLOATS, half_in_f32=True)
@@ -51,7 +72,7 @@ def _floor_div(ctx):
     m = ctx.m
     x, y = broadcast_all(m, *ctx.inputs)
     if x.dtype.is_float:
-        return m.elementwise(Op.FLOOR, m.elementwise(Op.DIV, x, y))
+        return m.elementwise(Op.FLOOR, _float_quotient(ctx, x, y))
     q = m.elementwise(Op.DIV, x, y)
     if not x.dtype.is_signed:
         return q
