@@ -255,7 +255,7 @@ class Elemental:
         if src.is_float and dst.is_float:
             return self._float_to_float(x, src, dst)
         if src.is_float:
-            return self._float_to_int(x, dst)
+            return self._float_to_int(x, src, dst)
         t = value_type(dst)
         if dst.is_float:
             v = b.uitofp(x, t) if (src is dt.PRED or not src.is_signed) else b.sitofp(x, t)
@@ -309,19 +309,33 @@ class Elemental:
         sat = intrinsic(b, "fptosi.sat", t, [x], [t, x.type])
         return b.select(in_range, sat, ir.Constant(t, 1 << (bits - 1)))
 
-    def _float_to_int(self, x, dst):
+    def _float_to_int(self, x, src, dst):
+        """TF's Cast on x86-64 as its vector path computes it (see interp.py's
+        ``_float_to_int`` for the rules and why the vector path)."""
         b = self.b
         t = value_type(dst)
         if dst in (dt.I32, dt.I64):
             return self._x86_cvtt(x, dst.bits)
-        if dst.bits < 32:
-            return b.trunc(self._x86_cvtt(x, 32), t)
+        if dst is dt.U64:    # the compiler's branch-free sequence on x86-64
+            a = self._x86_cvtt(x, 64)
+            c = self._x86_cvtt(b.fsub(x, ir.Constant(x.type, float(2 ** 63))), 64)
+            return b.or_(b.and_(b.ashr(a, ir.Constant(I64, 63)), c), a)
+        c = self._x86_cvtt(x, 32)
         if dst is dt.U32:
-            return b.trunc(self._x86_cvtt(x, 64), t)
-        # u64: the compiler's branch-free sequence on x86-64 (see interp.py)
-        a = self._x86_cvtt(x, 64)
-        c = self._x86_cvtt(b.fsub(x, ir.Constant(x.type, float(2 ** 63))), 64)
-        return b.or_(b.and_(b.ashr(a, ir.Constant(I64, 63)), c), a)
+            top = ir.Constant(x.type, float(2 ** 31))
+            high = b.or_(self._x86_cvtt(b.fsub(x, top), 32), ir.Constant(I32, 1 << 31))
+            return b.select(b.fcmp_ordered("<", x, top), c, high)
+        if dst is dt.U8 and src in (dt.F64, dt.F16):     # through u16, read back as i16
+            c = b.sext(b.trunc(self._clamp(c, 0, 0xFFFF), I16), I32)
+        lo, hi = (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1) if dst.is_signed else \
+            (0, (1 << dst.bits) - 1)
+        return b.trunc(self._clamp(c, lo, hi), t)
+
+    def _clamp(self, c, lo: int, hi: int):
+        b = self.b
+        lo_c, hi_c = ir.Constant(c.type, lo), ir.Constant(c.type, hi)
+        c = b.select(b.icmp_signed("<", c, lo_c), lo_c, c)
+        return b.select(b.icmp_signed(">", c, hi_c), hi_c, c)
 
 
 def f32_to_bf16(b: ir.IRBuilder, v):
