@@ -120,7 +120,9 @@ def test_a_self_recursive_while_body_is_an_error_naming_the_function(tf, tmp_pat
     inner.name = "recurse"
     del inner.input[:]
     inner.input.extend(arg.name for arg in fd.signature.input_arg)
-    fd.ret[list(fd.ret)[1]] = "recurse:output:1"
+    outs = fd.signature.output_arg           # the loop's own x, well typed (TF's importer
+    k = next(k for k, o in enumerate(outs) if o.type == tf.float32.as_datatype_enum)  # checks)
+    fd.ret[outs[k].name] = f"recurse:output:{k}"
     (tmp_path / "g.pb").write_bytes(gd.SerializeToString())
     (tmp_path / "c.pbtxt").write_text('feed { id { node_name: "a" } shape { dim { size: 4 } } }\n'
                                       'fetch { id { node_name: "out" } }\n')

@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfjit import config
+from tfjit.api import binding
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
 from tfjit.graph import auto, debug
@@ -56,6 +57,4 @@ class AutoEntry:
 
     def __call__(self, flat_tensors):
         outs = self.fn(*(list(flat_tensors) + self.captures))
-        it = iter(outs)
-        return tf.nest.map_structure(lambda x: next(it) if isinstance(x, tf.Tensor) else x,
-                                     self.structured_outputs)
+        return binding.pack_outputs(self.structured_outputs, outs)

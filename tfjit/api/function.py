@@ -33,7 +33,7 @@ from tensorflow.python.eager import record
 from tensorflow.python.ops import resource_variable_ops
 
 from tfjit import dtypes as dt
-from tfjit.api import errors
+from tfjit.api import binding, errors
 from tfjit.api import gradient  # noqa: F401  (registers the gradient of TfjitLaunch)
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
@@ -45,24 +45,6 @@ from tfjit.runtime import launch
 log = logging.getLogger("tfjit")
 
 
-def _is_tensor(x) -> bool:
-    return isinstance(x, (tf.Tensor, np.ndarray, tf.Variable)) and not isinstance(x, tf.RaggedTensor)
-
-
-def _leaf_key(x):
-    if isinstance(x, tf.Tensor):
-        return (x.dtype, None if x.shape.rank is None else tuple(x.shape.as_list()))
-    if isinstance(x, np.ndarray):
-        return (tf.as_dtype(x.dtype), x.shape)
-    if isinstance(x, tf.Variable):
-        raise TypeError("tfjit.function does not take tf.Variable arguments yet; pass tensors")
-    try:
-        hash(x)
-    except TypeError:
-        raise TypeError(f"tfjit.function: argument {x!r} is neither a tensor nor hashable") from None
-    return ("py", type(x), x)
-
-
 class _Entry:
     """One traced signature: calls the launch op and rebuilds the output structure.
 
@@ -70,8 +52,7 @@ class _Entry:
     (shapes not all known at trace time); the node then carries ``cluster_def``
     and, when it may fall back, the traced function itself (``fallback``)."""
 
-    def __init__(self, key, compiled, cf, spec, out_shapes, lazy: bool, fallback=None):
-        self.key = key
+    def __init__(self, compiled, cf, spec, out_shapes, lazy: bool, fallback=None):
         self.compiled = compiled
         self.captures = list(cf.captured_inputs)
         self.variables = list(cf.graph.variables)   # watched by an outer tape, as TF's calls do
@@ -93,9 +74,7 @@ class _Entry:
                              cluster_def=self.spec.graph_def if graph_mode else b"",
                              Tout=self.out_dtypes, output_shapes=self.out_shapes,
                              fallback=self.fallback if graph_mode else None)
-        it = iter(outs)
-        return tf.nest.map_structure(lambda x: next(it) if isinstance(x, tf.Tensor) else x,
-                                     self.structured_outputs)
+        return binding.pack_outputs(self.structured_outputs, outs)
 
     def latest(self):
         """The ``pipeline.Compiled`` of this entry (the latest one, when compiled lazily)."""
@@ -126,6 +105,8 @@ class Function:
         self.jit_compile = jit_compile
         self.fall_back = fall_back
         self._tf = tf.function(fn, autograph=autograph, reduce_retracing=reduce_retracing)
+        self._trace_options = dict(autograph=autograph, reduce_retracing=reduce_retracing)
+        self._binder = binding.Binder(fn)
         self._entries: dict = {}
         self._lock = threading.Lock()
         self.name = name or getattr(fn, "__name__", "fn")
@@ -140,17 +121,17 @@ class Function:
     def __call__(self, *args, **kwargs):
         if self.jit_compile is False:
             return self._tf(*args, **kwargs)
-        flat = tf.nest.flatten((args, kwargs))
-        key = tuple(_leaf_key(x) for x in flat)
+        call = self._binder.bind(args, kwargs)
+        key = call.key()
         entry = self._entries.get(key)
         if entry is None:
             with self._lock:
-                entry = self._entries.get(key) or self._build(key, args, kwargs)
+                entry = self._entries.get(key) or self._build(call)
                 if entry.cacheable:
                     self._entries[key] = entry
         if isinstance(entry, _InTensorFlow):
             return self._tf(*args, **kwargs)
-        return entry([x for x in flat if _is_tensor(x)])
+        return entry(call.inputs())
 
     def experimental_get_compile_count(self) -> int:
         """How many signatures this function has traced for tfjit (one per new shape/dtype
@@ -158,17 +139,15 @@ class Function:
         return sum(not isinstance(e, _InTensorFlow) for e in self._entries.values())
 
     # -- tracing and compiling -------------------------------------------------------------
-    def _build(self, key, args, kwargs):
-        def spec(x):
-            if _is_tensor(x):
-                return tf.TensorSpec(x.shape, tf.as_dtype(x.dtype))
-            return x
-        s_args, s_kwargs = tf.nest.map_structure(spec, (args, kwargs))
-        cf = self._tf.get_concrete_function(*s_args, **s_kwargs)
+    def _build(self, call):
+        """Traces the call (binding.py: its inputs are the call's tensor leaves, in
+        parameter order) and compiles it, or auto-clusters it (jit_compile=None)."""
+        traced = tf.function(binding.traceable(self._fn, call), **self._trace_options)
+        cf = traced.get_concrete_function(*call.specs())
         if self.jit_compile is None:
             from tfjit.api.autocluster import AutoEntry
             return AutoEntry(cf)
-        return self._must_compile(key, cf)
+        return self._must_compile(cf)
 
     def _refuse(self, error: tf.errors.InvalidArgumentError):
         """A must-compile error: raised, or for ``fall_back`` functions logged once."""
@@ -182,7 +161,7 @@ class Function:
                 log.info("%s", line)
         return _InTensorFlow(error.message)
 
-    def _must_compile(self, key, cf):
+    def _must_compile(self, cf):
         graph = Graph(cf.graph.as_graph_def())
         graph_name = cf.graph.name
         refused = [(n, graph.nodes[n].op, r) for n, r in mark(graph).items() if r]
@@ -199,7 +178,7 @@ class Function:
         signature = _signature(cf)
         if signature is None:     # compiled by the launch op, per concrete signature
             fallback = cf if self.fall_back and not tf.executing_eagerly() else None
-            return _Entry(key, None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
+            return _Entry(None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
                           fallback=fallback)
         from tfjit.lower.graph_to_ir import LoweringError
         try:
@@ -209,11 +188,11 @@ class Function:
                                                    frame_node=e.caller))
         # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
         # unknown, e.g. FusedBatchNormV3's reserve_space_3
-        return _Entry(key, compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False)
+        return _Entry(compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False)
 
     # -- introspection -----------------------------------------------------------------------
     def _entry(self, args, kwargs):
-        key = tuple(_leaf_key(x) for x in tf.nest.flatten((args, kwargs)))
+        key = self._binder.bind(args, kwargs).key()
         if key not in self._entries:
             self(*args, **kwargs)
         return self._entries[key]
@@ -252,24 +231,23 @@ class Function:
 
     def _compiled_for(self, args, kwargs, caller: str):
         """The ``pipeline.Compiled`` for arguments that are all tensors or all TensorSpecs."""
-        flat = tf.nest.flatten((args, kwargs))
-        specs = [x for x in flat if isinstance(x, tf.TensorSpec)]
-        if specs and any(_is_tensor(x) for x in flat):
+        call = self._binder.bind(args, kwargs)
+        specs = [x for x in call.leaves if isinstance(x, tf.TensorSpec)]
+        if specs and len(specs) != len(call.specs()):
             raise ValueError(f"{caller}: all arguments must be TensorSpecs "
                              "or all must be tensors")
         if specs:
-            return self._compile_for_specs(flat, args, kwargs)
+            return self._compile_for_specs(call)
         return self.compiled(*args, **kwargs)
 
-    def _compile_for_specs(self, flat, args, kwargs):
-        for s in flat:
+    def _compile_for_specs(self, call):
+        for s in call.leaves:
             if isinstance(s, tf.TensorSpec) and not s.shape.is_fully_defined():
                 raise ValueError(f"experimental_get_compiler_ir: TensorSpec {s} needs a fully "
                                  "defined shape (tfjit compiles for static shapes)")
-        key = tuple((x.dtype, tuple(x.shape)) if isinstance(x, tf.TensorSpec) else _leaf_key(x)
-                    for x in flat)   # the key the same tensors would have
+        key = call.key()    # the key the same tensors would have
         with self._lock:
-            entry = self._entries.get(key) or self._build(key, args, kwargs)
+            entry = self._entries.get(key) or self._build(call)
             self._entries[key] = entry
         if isinstance(entry, _InTensorFlow):
             raise ValueError(f"{self.name} runs in TensorFlow for these arguments: {entry.reason}")
