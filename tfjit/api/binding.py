@@ -149,7 +149,8 @@ def traceable(fn, call: Call):
     def traced(*tensors):
         args, kwargs = call.rebuild(tensors)
         return fn(*args, **kwargs)
-    traced.__name__ = traced.__qualname__ = getattr(fn, "__name__", "fn")
+    name = getattr(fn, "__name__", "fn")       # autograph takes "<lambda>" for a lambda to find
+    traced.__name__ = traced.__qualname__ = "lambda" if name == "<lambda>" else name
     return traced
 
 

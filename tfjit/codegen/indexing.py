@@ -34,6 +34,7 @@ from llvmlite import ir
 from tfjit import dtypes as dt
 from tfjit.codegen.emitter import KernelEmitter
 from tfjit.codegen.llvm_types import I8, I64, PTR, VOID, const, for_range, i64, intrinsic, value_type
+from tfjit.ir.module import scatter_identity
 from tfjit.passes.buffers import topk_key_bytes, topk_row_bytes
 from tfjit.passes.fusion import COLUMN_BLOCK, scan_geometry, scatter_blocks, topk_merges
 
@@ -52,8 +53,15 @@ class _OwnKernel(KernelEmitter):
         return self.b.sext(v, I64) if d.bits < 64 else v
 
     def _combine_exact(self, kind: str, d: dt.DType, acc, v):
-        """acc (+|*) v in TF's element type: no reassociation, halves rounded per step."""
+        """acc (+|*) v in TF's element type: no reassociation, halves rounded per step;
+        max/min as TF's CPU kernel (Eigen's cwiseMax(v, acc)): acc where it is strictly
+        greater (less), else v -- so ties and NaNs on either side give v."""
         b = self.b
+        if kind in ("max", "min"):
+            op = ">" if kind == "max" else "<"
+            keep = b.fcmp_ordered(op, acc, v) if d.is_float else \
+                b.icmp_signed(op, acc, v) if d.is_signed else b.icmp_unsigned(op, acc, v)
+            return b.select(keep, acc, v)
         if d.is_float:
             r = b.fadd(acc, v) if kind == "sum" else b.fmul(acc, v)
             return self.elemental.convert(r, dt.F32, d) if d in (dt.F16, dt.BF16) else r
@@ -84,7 +92,7 @@ class ScatterEmitter(_OwnKernel):
         hi = b.sdiv(b.mul(b.add(part, i64(1)), i64(segments)), i64(ranges))
         c_lo, c_hi = self._block(b.srem(row, i64(blocks)), COLUMN_BLOCK, columns)
         first, *others = self.plan.slots[root]
-        identity = const(root.dtype, 0 if root.attrs["kind"] == "sum" else 1)
+        identity = const(root.dtype, scatter_identity(root.attrs["kind"], root.dtype))
         with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c:
             self._store(first, root, (s, c), identity)
         code = self.error_code(f"scatter {{{{node {root.source}}}}}: segment_ids[{{1}}] = {{0}} "

@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import Instr, IRError, Module
+from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_rng
 from tfjit.ir.ops import CONV_BACKPROPS, Op
 
@@ -478,12 +478,18 @@ def _scatter(instr, vals):
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
         raise IndexOutOfRange(f"segment_ids[{j}] = {ids[j]} is out of range [0, {segments})")
-    data = _flush(data)
-    out = np.full(instr.shape, 0 if instr.attrs["kind"] == "sum" else 1, data.dtype)
-    combine = np.add if instr.attrs["kind"] == "sum" else np.multiply
+    data, kind = _flush(data), instr.attrs["kind"]
+    out = np.full(instr.shape, scatter_identity(kind, instr.dtype), data.dtype)
+    combine = _SCATTER_COMBINE[kind]
     for j in np.flatnonzero(ids >= 0):
         out[ids[j]] = _flush(combine(out[ids[j]], data[j]))
     return out
+
+
+_SCATTER_COMBINE = {     # max/min as TF's CPU kernel: acc where strictly greater (less), else v
+    "sum": np.add, "prod": np.multiply,
+    "max": lambda acc, v: np.where(acc > v, acc, v), "min": lambda acc, v: np.where(acc < v, acc, v),
+}
 
 
 def _scan(instr, vals):

@@ -427,8 +427,10 @@ class Module:
 
     def scatter(self, data: Instr, ids: Instr, kind: str, segments: int) -> Instr:
         """Segment reduction: result[s, c] combines data[j, c] over every j with
-        ids[j] == s, in increasing j; negative ids are dropped, ids >= segments are a
-        runtime error (TF's UnsortedSegmentSum/Prod on [N, C] data)."""
+        ids[j] == s, in increasing j, from ``scatter_identity``; negative ids are dropped,
+        ids >= segments are a runtime error (TF's UnsortedSegment{Sum,Prod,Max,Min} on
+        [N, C] data; max/min combine as TF's CPU kernel: acc where strictly greater (less)
+        than the next value, else that value, so ties and NaNs take the later one)."""
         if kind not in SCATTER_KINDS or data.rank != 2 or ids.rank != 1 or ids.dtype not in INDEX_DTYPES \
                 or data.shape[0] != ids.shape[0] or segments < 0 or data.dtype is dt.PRED:
             raise IRError(f"scatter kind={kind} of {data.dtype.name}{list(data.shape)} by "
@@ -451,6 +453,20 @@ class Module:
         if x.rank == 0 or not 0 <= k <= x.shape[-1] or dtype not in INDEX_DTYPES or x.dtype is dt.PRED:
             raise IRError(f"top-k k={k} of {x.dtype.name}{list(x.shape)} is invalid")
         return self._add(Instr(Op.TOP_K, dtype, x.shape[:-1] + (k,), (x,), {"k": k}))
+
+
+def scatter_identity(kind: str, d: dt.DType):
+    """What an empty segment holds: 0, 1, or the type's lowest/highest finite value
+    (TF's numeric_limits<T>::lowest() and max(), not -inf/inf)."""
+    if kind in ("sum", "prod"):
+        return 0 if kind == "sum" else 1
+    if d is dt.BF16:
+        import ml_dtypes
+        info = ml_dtypes.finfo(ml_dtypes.bfloat16)
+    else:
+        info = np.finfo(d.numpy()) if d.is_float else np.iinfo(d.numpy())
+    value = info.min if kind == "max" else info.max
+    return float(value) if d.is_float else int(value)
 
 
 def _types(values) -> tuple:

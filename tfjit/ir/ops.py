@@ -173,7 +173,7 @@ LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)
 TYPED_RESULT = frozenset({Op.CONVERT, Op.BITCAST, Op.TRUNCATED_NORMAL})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
-SCATTER_KINDS = ("sum", "prod")
+SCATTER_KINDS = ("sum", "prod", "max", "min")
 SCAN_KINDS = ("sum", "prod")
 # "maxnum": float max that ignores NaN (-inf when nothing else); only for values whose
 # NaNs propagate anyway, such as Softmax's stabilising row max (x - max is NaN there).

@@ -2,9 +2,10 @@
 
 * GatherV2 / Gather / ResourceGather -> IR ``gather`` (elemental, fuses both ways);
   an index outside [0, n) is TF's InvalidArgumentError at run time.
-* UnsortedSegmentSum / UnsortedSegmentProd -> IR ``scatter`` on [N, C] data (the
+* UnsortedSegment{Sum,Prod,Max,Min} -> IR ``scatter`` on [N, C] data (the
   dense form of an IndexedSlices gradient: tape gradients of tf.gather and of
-  embedding lookups convert with UnsortedSegmentSum).
+  embedding lookups convert with UnsortedSegmentSum); Segment{Sum,Prod,Max,Min}V2,
+  which only XLA runs, the same way with ids past num_segments dropped.
 * Cumsum / Cumprod -> IR ``scan``; TopKV2 -> IR ``top-k`` (the indices)
   plus a gather of the values at them.  (OneHot is in nn.py.)
 
@@ -17,8 +18,9 @@ from __future__ import annotations
 import math
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import INDEX_DTYPES, Instr
-from tfjit.lower.registry import ALL, NUMERIC, Unsupported, register
+from tfjit.ir.module import INDEX_DTYPES, Instr, scatter_identity
+from tfjit.ir.ops import Op
+from tfjit.lower.registry import ALL, NUMERIC, Unsupported, broadcast_to, register
 from tfjit.lower.variables import _declared, _var
 
 
@@ -67,9 +69,33 @@ def _resource_gather(ctx):
     return gather(ctx, v.value, ctx.inputs[1], 0, int(ctx.attr("batch_dims", 0)))
 
 
-@register("UnsortedSegmentSum", "UnsortedSegmentProd", dtypes=NUMERIC)
+_SEGMENT_KINDS = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min"}
+
+
+@register("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax",
+          "UnsortedSegmentMin", dtypes=NUMERIC)
 def _unsorted_segment(ctx):
-    """data[ids.shape + inner] -> [num_segments] + inner; negative ids are dropped."""
+    """data[ids.shape + inner] -> [num_segments] + inner; negative ids are dropped, an
+    id >= num_segments is TF's InvalidArgumentError at run time."""
+    return _segment(ctx, _SEGMENT_KINDS[ctx.node.op[len("UnsortedSegment"):]], drop_beyond=False)
+
+
+@register("SegmentSumV2", "SegmentProdV2", "SegmentMaxV2", "SegmentMinV2", dtypes=NUMERIC)
+def _segment_v2(ctx):
+    """The segment ops with a ``num_segments`` input, which TF has no CPU kernel for (only
+    XLA runs them): XLA's definition, a scatter that drops ids outside [0, num_segments),
+    and an empty segment holds 0, 1, or the type's lowest/highest value."""
+    if ctx.inputs[1].rank != 1:
+        raise Unsupported(f"{ctx.node.op}: segment_ids should be a vector, got shape "
+                          f"{list(ctx.inputs[1].shape)}")
+    return _segment(ctx, _SEGMENT_KINDS[ctx.node.op[len("Segment"):-len("V2")]], drop_beyond=True,
+                    nan_ignored=True)
+
+
+def _segment(ctx, kind: str, drop_beyond: bool, nan_ignored: bool = False):
+    """``nan_ignored``: max/min as XLA:CPU computes them (measured: a NaN never wins, a
+    segment of NaNs alone holds the identity), where TF's CPU kernel keeps whichever of a
+    NaN and a number came last: NaNs become the identity before the scatter."""
     m, (data, ids) = ctx.m, ctx.inputs[:2]
     (segments,) = ctx.const_ints(2, "num_segments")
     if segments < 0:
@@ -79,8 +105,14 @@ def _unsorted_segment(ctx):
                           f"segment_ids.shape {list(ids.shape)}")
     inner = data.shape[ids.rank:]
     flat = m.reshape(data, (ids.size, math.prod(inner)))
-    kind = "sum" if ctx.node.op == "UnsortedSegmentSum" else "prod"
-    out = m.scatter(flat, m.reshape(_index(ctx, ids), (ids.size,)), kind, segments)
+    ids = m.reshape(_index(ctx, ids), (ids.size,))
+    if drop_beyond:      # ids past the end are dropped as negative ones are
+        beyond = m.elementwise(Op.GE, ids, broadcast_to(m, m.scalar(segments, ids.dtype), ids.shape))
+        ids = m.elementwise(Op.SELECT, beyond, broadcast_to(m, m.scalar(-1, ids.dtype), ids.shape), ids)
+    if nan_ignored and kind in ("max", "min") and flat.dtype.is_float:
+        identity = broadcast_to(m, m.scalar(scatter_identity(kind, flat.dtype), flat.dtype), flat.shape)
+        flat = m.elementwise(Op.SELECT, m.elementwise(Op.IS_NAN, flat), identity, flat)
+    out = m.scatter(flat, ids, kind, segments)
     return m.reshape(out, (segments,) + inner)
 
 
