@@ -27,8 +27,6 @@ _WHY = {
     "PrintV2": "side effects (printing)",
     "PyFunc": "calls back into Python",
     "EagerPyFunc": "calls back into Python",
-    "StatefulPartitionedCall": "function calls are not inlined yet",
-    "PartitionedCall": "function calls are not inlined yet",
 }
 
 # Nodes that carry no computation in a cluster.
@@ -43,10 +41,11 @@ def reason(node: Node) -> str | None:
     return why
 
 
-# The function attributes of functional control flow (graph/functions.py).
+# The function attributes of functional control flow and of calls (graph/functions.py).
 _CALLS = {"While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
           "If": ("then_branch", "else_branch"), "StatelessIf": ("then_branch", "else_branch"),
-          "Case": ("branches",), "StatelessCase": ("branches",)}
+          "Case": ("branches",), "StatelessCase": ("branches",),
+          "PartitionedCall": ("f",), "StatefulPartitionedCall": ("f",)}
 
 
 def _called_reason(node: Node, library: dict, memo: dict) -> str | None:

@@ -1,4 +1,5 @@
-"""Functional control flow: While/StatelessWhile, If/StatelessIf, Case/StatelessCase.
+"""Functional control flow: While/StatelessWhile, If/StatelessIf, Case/StatelessCase,
+and function calls (PartitionedCall/StatefulPartitionedCall, inlined).
 
 The condition, body and branches are library functions (graph/functions.py);
 each is lowered into a computation of its own, whose parameters are the values
@@ -167,6 +168,17 @@ def _truth(m: Module, x: Instr) -> Instr:
     if x.dtype is dt.PRED:
         return x
     return m.elementwise(Op.NE, x, m.scalar(0, x.dtype))
+
+
+# -- function calls -------------------------------------------------------------------------
+
+@register("PartitionedCall", "StatefulPartitionedCall", dtypes=ALL, opaque_types=_OPAQUE)
+def _call(ctx):
+    """A call of a library function (a tf.function called from another, Keras layers that
+    wrap theirs), inlined: the body is lowered into the caller with the call's values, as
+    tf2xla compiles a call into the caller's computation.  Variables and TensorLists go
+    in as themselves, so an assignment in the body is the caller's."""
+    return ctx.functions.lower(ctx.m, ctx.attr("f"), list(ctx.inputs), ctx.node)
 
 
 # -- If / Case -------------------------------------------------------------------------------

@@ -143,13 +143,25 @@ def _sizes(ctx, i: int, what: str) -> tuple:
 
 # -- Conv2D and its gradients ---------------------------------------------------------------
 
+def _per_channel_groups(depth: int, filter_shape) -> bool:
+    """A grouped Conv2D with one group per input channel: filter [kh, kw, 1, depth * M]."""
+    return len(filter_shape) == 4 and filter_shape[2] == 1 and depth > 1 \
+        and filter_shape[3] % depth == 0
+
+
 @register("Conv2D", dtypes=_DTYPES, half_in_f32=True)
 def _conv2d(ctx):
     _check_format(ctx)
     x, w = ctx.inputs
+    if x.rank == 4 and w.rank == 4 and _per_channel_groups(x.shape[3], w.shape):
+        # one group per input channel (Keras 3's depthwise layers under XLA, ConvNeXt):
+        # a depthwise convolution, filter [kh, kw, 1, C*M] read as [kh, kw, C, M]
+        kh, kw, _, o = w.shape
+        return _depthwise_conv(ctx, x, ctx.m.reshape(w, (kh, kw, x.shape[3], o // x.shape[3])))
     if x.rank != 4 or w.rank != 4 or x.shape[3] != w.shape[2]:
-        raise Unsupported(f"Conv2D of {list(x.shape)} with filter {list(w.shape)}: grouped or "
-                          "mismatched depths are not compiled")
+        raise Unsupported(f"Conv2D of {list(x.shape)} with filter {list(w.shape)}: grouped "
+                          "convolutions other than depthwise ones, or mismatched depths, are "
+                          "not compiled")
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     pads = padding(ctx, x.shape[1:3], (_window(w.shape[0], dil[0]), _window(w.shape[1], dil[1])),
                    strides)
@@ -171,6 +183,9 @@ def _conv2d_backprop_input(ctx):
     m = ctx.m
     sizes = _sizes(ctx, 0, "input_sizes")
     w, g = ctx.inputs[1], ctx.inputs[2]
+    if _per_channel_groups(sizes[3], w.shape):       # the gradient of a depthwise Conv2D
+        kh, kw, _, o = w.shape
+        return _depthwise_grad_input(ctx, sizes, m.reshape(w, (kh, kw, sizes[3], o // sizes[3])), g)
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     kh, kw, c, o = w.shape
     pads = padding(ctx, sizes[1:3], (_window(kh, dil[0]), _window(kw, dil[1])), strides)
@@ -193,6 +208,9 @@ def _conv2d_backprop_filter(ctx):
     m = ctx.m
     x, g = ctx.inputs[0], ctx.inputs[2]
     kh, kw, c, o = _sizes(ctx, 1, "filter_sizes")
+    if x.rank == 4 and _per_channel_groups(x.shape[3], (kh, kw, c, o)):
+        dw = _depthwise_grad_filter(ctx, x, g, (kh, kw, x.shape[3], o // x.shape[3]))
+        return m.reshape(dw, (kh, kw, c, o))
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     pads = padding(ctx, x.shape[1:3], (_window(kh, dil[0]), _window(kw, dil[1])), strides)
     n, ho, wo, _ = g.shape
@@ -226,8 +244,12 @@ def _channels(m: Module, x: Instr, mult: int) -> Instr:
 
 @register("DepthwiseConv2dNative", dtypes=_DTYPES, half_in_f32=True)
 def _depthwise(ctx):
+    return _depthwise_conv(ctx, *ctx.inputs)
+
+
+def _depthwise_conv(ctx, x: Instr, f: Instr) -> Instr:
+    """Each input channel convolved with its own ``mult`` filters ([kh, kw, C, mult])."""
     m = ctx.m
-    x, f = ctx.inputs
     kh, kw, c, mult = f.shape
     if x.rank != 4 or x.shape[3] != c:
         raise Unsupported(f"DepthwiseConv2dNative of {list(x.shape)} with filter {list(f.shape)}")
@@ -250,9 +272,11 @@ def _depthwise(ctx):
 
 @register("DepthwiseConv2dNativeBackpropInput", dtypes=_DTYPES, half_in_f32=True)
 def _depthwise_backprop_input(ctx):
+    return _depthwise_grad_input(ctx, _sizes(ctx, 0, "input_sizes"), ctx.inputs[1], ctx.inputs[2])
+
+
+def _depthwise_grad_input(ctx, sizes: tuple, f: Instr, g: Instr) -> Instr:
     m = ctx.m
-    sizes = _sizes(ctx, 0, "input_sizes")
-    f, g = ctx.inputs[1], ctx.inputs[2]
     kh, kw, c, mult = f.shape
     strides, dil, pads = _depthwise_attrs(ctx, None, kh, kw, sizes[1:3])
     if dil == (1, 1) and strides[0] == strides[1]:
@@ -274,9 +298,12 @@ def _depthwise_backprop_input(ctx):
 
 @register("DepthwiseConv2dNativeBackpropFilter", dtypes=_DTYPES, half_in_f32=True)
 def _depthwise_backprop_filter(ctx):
+    return _depthwise_grad_filter(ctx, ctx.inputs[0], ctx.inputs[2], _sizes(ctx, 1, "filter_sizes"))
+
+
+def _depthwise_grad_filter(ctx, x: Instr, g: Instr, filter_sizes: tuple) -> Instr:
     m = ctx.m
-    x, g = ctx.inputs[0], ctx.inputs[2]
-    kh, kw, c, mult = _sizes(ctx, 1, "filter_sizes")
+    kh, kw, c, mult = filter_sizes
     strides, dil, pads = _depthwise_attrs(ctx, x, kh, kw)
     if dil == (1, 1) and strides[0] == strides[1]:
         return _backprop(ctx, Op.DEPTHWISE_BACKPROP_FILTER, x, g, (kh, kw, c, mult), strides, pads)
