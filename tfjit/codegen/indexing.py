@@ -33,8 +33,10 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen.emitter import KernelEmitter
+from tfjit.codegen.gather import MAX_RANK
 from tfjit.codegen.llvm_types import I8, I64, PTR, VOID, const, for_range, i64, intrinsic, value_type
 from tfjit.ir.module import scatter_identity
+from tfjit.ir.ops import Op
 from tfjit.passes.buffers import topk_key_bytes, topk_row_bytes
 from tfjit.passes.fusion import COLUMN_BLOCK, scan_geometry, scatter_blocks, topk_merges
 
@@ -57,15 +59,20 @@ class _OwnKernel(KernelEmitter):
         max/min as TF's CPU kernel (Eigen's cwiseMax(v, acc)): acc where it is strictly
         greater (less), else v -- so ties and NaNs on either side give v."""
         b = self.b
-        if kind in ("max", "min"):
-            op = ">" if kind == "max" else "<"
-            keep = b.fcmp_ordered(op, acc, v) if d.is_float else \
-                b.icmp_signed(op, acc, v) if d.is_signed else b.icmp_unsigned(op, acc, v)
-            return b.select(keep, acc, v)
+        if kind == "assign":
+            return v
+        if kind in ("max", "min", "max_acc", "min_acc"):
+            # max/min: acc where strictly greater (less), else v; the _acc kinds (the
+            # variable updates' cwiseMax(acc, v)): v where strictly greater (less), else acc
+            op = ">" if kind.startswith("max") else "<"
+            a, c = (acc, v) if kind in ("max", "min") else (v, acc)
+            wins = b.fcmp_ordered(op, a, c) if d.is_float else \
+                b.icmp_signed(op, a, c) if d.is_signed else b.icmp_unsigned(op, a, c)
+            return b.select(wins, a, c)
         if d.is_float:
-            r = b.fadd(acc, v) if kind == "sum" else b.fmul(acc, v)
+            r = {"sum": b.fadd, "prod": b.fmul, "sub": b.fsub, "div": b.fdiv}[kind](acc, v)
             return self.elemental.convert(r, dt.F32, d) if d in (dt.F16, dt.BF16) else r
-        return b.add(acc, v) if kind == "sum" else b.mul(acc, v)
+        return {"sum": b.add, "prod": b.mul, "sub": b.sub}[kind](acc, v)
 
     def _block(self, index, width: int, total: int):
         """[start, stop) of column block ``index`` of ``width`` columns out of ``total``."""
@@ -84,7 +91,9 @@ class ScatterEmitter(_OwnKernel):
 
     def _row(self, row):
         b, root = self.b, self.f.roots[0]
-        data, ids = root.operands
+        data, ids = root.operands[:2]
+        init = root.operands[2] if len(root.operands) > 2 else None
+        by_index = root.attrs.get("bounds") == "index"
         segments, columns = root.shape
         ranges, blocks = scatter_blocks(root)
         part = b.sdiv(row, i64(blocks))
@@ -93,16 +102,31 @@ class ScatterEmitter(_OwnKernel):
         c_lo, c_hi = self._block(b.srem(row, i64(blocks)), COLUMN_BLOCK, columns)
         first, *others = self.plan.slots[root]
         identity = const(root.dtype, scatter_identity(root.attrs["kind"], root.dtype))
-        with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c:
-            self._store(first, root, (s, c), identity)
-        code = self.error_code(f"scatter {{{{node {root.source}}}}}: segment_ids[{{1}}] = {{0}} "
-                               f"is out of range [0, {segments})")   # the position: flat
+        with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c, self._scope():
+            self._store(first, root, (s, c), identity if init is None else self.value(init, (s, c)))
+        shape = root.attrs.get("index_shape", ())
+        if by_index:      # TF's words for indices, the position as the indices were shaped
+            where = "[...]" if len(shape) > MAX_RANK else \
+                "[" + ",".join(f"{{{k + 1}}}" for k in range(len(shape))) + "]" if shape else ""
+            words = f"indices{where} = {{0}} is not in [0, {segments})"
+        else:
+            words = f"segment_ids[{{1}}] = {{0}} is out of range [0, {segments})"   # flat
+        code = self.error_code(f"scatter {{{{node {root.source}}}}}: {words}")
+        zero = self.error_code(f"scatter {{{{node {root.source}}}}}: updates must not contain 0")
         with for_range(b, 0, ids.shape[0], "j") as j, self._scope():
             sid = self._to_i64(self.value(ids, (j,)), ids.dtype)
-            self._raise_status(code, b.icmp_signed(">=", sid, i64(segments)), (sid, j))
+            # unsigned compare: a negative id is out of range too, when ids are indices
+            out = b.icmp_unsigned(">=", sid, i64(segments)) if by_index else \
+                b.icmp_signed(">=", sid, i64(segments))
+            position = ((j,) if not by_index else self._unravel(j, shape) if len(shape) <= MAX_RANK
+                        else ())
+            self._raise_status(code, out, (sid,) + tuple(position))
             mine = b.and_(b.icmp_signed(">=", sid, lo), b.icmp_signed("<", sid, hi))
             with b.if_then(mine), for_range(b, c_lo, c_hi, "c") as c, self._scope():
                 v = self.value(data, (j, c))
+                if root.attrs["kind"] == "div":      # TF's ResourceScatterDiv refuses it
+                    self._raise_status(zero, self.elemental._compare(Op.EQ, root.dtype, v,
+                                                                     const(root.dtype, 0)))
                 acc = self._load(first, root, (sid, c))
                 self._store(first, root, (sid, c), self._combine_exact(root.attrs["kind"], root.dtype, acc, v))
         for slot in others:       # the same value is several outputs

@@ -471,15 +471,23 @@ def _gather(instr, vals):
 
 
 def _scatter(instr, vals):
-    """Rows combined one at a time in input order (TF's CPU loop), from the identity."""
-    data, ids = vals
+    """Rows combined one at a time in input order (TF's CPU loop), from init or the identity."""
+    data, ids = vals[:2]
     segments = instr.shape[0]
-    bad = ids >= segments
+    by_index = instr.attrs.get("bounds") == "index"
+    bad = (ids >= segments) | ((ids < 0) if by_index else False)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
+        if by_index:
+            shape = instr.attrs["index_shape"]
+            where = f"[{','.join(map(str, np.unravel_index(j, shape)))}]" if shape else ""
+            raise IndexOutOfRange(f"indices{where} = {ids[j]} is not in [0, {segments})")
         raise IndexOutOfRange(f"segment_ids[{j}] = {ids[j]} is out of range [0, {segments})")
     data, kind = _flush(data), instr.attrs["kind"]
-    out = np.full(instr.shape, scatter_identity(kind, instr.dtype), data.dtype)
+    if kind == "div" and (data == 0).any():
+        raise IndexOutOfRange("updates must not contain 0")
+    out = _flush(vals[2]).copy() if len(vals) > 2 else \
+        np.full(instr.shape, scatter_identity(kind, instr.dtype), data.dtype)
     combine = _SCATTER_COMBINE[kind]
     for j in np.flatnonzero(ids >= 0):
         out[ids[j]] = _flush(combine(out[ids[j]], data[j]))
@@ -489,6 +497,8 @@ def _scatter(instr, vals):
 _SCATTER_COMBINE = {     # max/min as TF's CPU kernel: acc where strictly greater (less), else v
     "sum": np.add, "prod": np.multiply,
     "max": lambda acc, v: np.where(acc > v, acc, v), "min": lambda acc, v: np.where(acc < v, acc, v),
+    "sub": np.subtract, "div": _div, "assign": lambda acc, v: v,
+    "max_acc": lambda acc, v: np.where(acc < v, v, acc), "min_acc": lambda acc, v: np.where(v < acc, v, acc),
 }
 
 

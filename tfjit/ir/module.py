@@ -425,18 +425,28 @@ class Module:
         return self._add(Instr(Op.GATHER, x.dtype, shape, (x, indices),
                                {"axis": axis, "batch_dims": batch_dims}))
 
-    def scatter(self, data: Instr, ids: Instr, kind: str, segments: int) -> Instr:
+    def scatter(self, data: Instr, ids: Instr, kind: str, segments: int, init: Instr | None = None,
+                bounds: str = "segment", index_shape: tuple = ()) -> Instr:
         """Segment reduction: result[s, c] combines data[j, c] over every j with
-        ids[j] == s, in increasing j, from ``scatter_identity``; negative ids are dropped,
-        ids >= segments are a runtime error (TF's UnsortedSegment{Sum,Prod,Max,Min} on
-        [N, C] data; max/min combine as TF's CPU kernel: acc where strictly greater (less)
-        than the next value, else that value, so ties and NaNs take the later one)."""
+        ids[j] == s, in increasing j, from ``init[s, c]`` or else ``scatter_identity``
+        (kinds: ops.SCATTER_KINDS).  ``bounds="segment"`` (TF's UnsortedSegment* on
+        [N, C] data): negative ids are dropped, ids >= segments are a runtime error;
+        ``"index"`` (TF's ResourceScatter* into a variable): every id outside
+        [0, segments) is an error, in TF's words for indices, naming the position in the
+        indices as shaped before they were flattened (``index_shape``)."""
         if kind not in SCATTER_KINDS or data.rank != 2 or ids.rank != 1 or ids.dtype not in INDEX_DTYPES \
-                or data.shape[0] != ids.shape[0] or segments < 0 or data.dtype is dt.PRED:
+                or data.shape[0] != ids.shape[0] or segments < 0 or data.dtype is dt.PRED \
+                or bounds not in ("segment", "index") \
+                or (init is not None and (init.dtype is not data.dtype
+                                          or init.shape != (segments, data.shape[1]))):
             raise IRError(f"scatter kind={kind} of {data.dtype.name}{list(data.shape)} by "
                           f"{ids.dtype.name}{list(ids.shape)} into {segments} segments is invalid")
-        return self._add(Instr(Op.SCATTER, data.dtype, (segments, data.shape[1]), (data, ids),
-                               {"kind": kind}))
+        operands = (data, ids) if init is None else (data, ids, init)
+        if bounds == "index" and math.prod(index_shape) != ids.shape[0]:
+            raise IRError(f"scatter: index_shape {list(index_shape)} for {ids.shape[0]} ids")
+        attrs = {"kind": kind} if bounds == "segment" else \
+            {"kind": kind, "bounds": bounds, "index_shape": tuple(index_shape)}
+        return self._add(Instr(Op.SCATTER, data.dtype, (segments, data.shape[1]), operands, attrs))
 
     def scan(self, x: Instr, kind: str, dim: int, exclusive: bool = False,
              reverse: bool = False) -> Instr:
@@ -458,14 +468,14 @@ class Module:
 def scatter_identity(kind: str, d: dt.DType):
     """What an empty segment holds: 0, 1, or the type's lowest/highest finite value
     (TF's numeric_limits<T>::lowest() and max(), not -inf/inf)."""
-    if kind in ("sum", "prod"):
-        return 0 if kind == "sum" else 1
+    if kind in ("sum", "prod", "sub", "div", "assign"):
+        return 0 if kind in ("sum", "sub", "assign") else 1
     if d is dt.BF16:
         import ml_dtypes
         info = ml_dtypes.finfo(ml_dtypes.bfloat16)
     else:
         info = np.finfo(d.numpy()) if d.is_float else np.iinfo(d.numpy())
-    value = info.min if kind == "max" else info.max
+    value = info.min if kind.startswith("max") else info.max
     return float(value) if d.is_float else int(value)
 
 

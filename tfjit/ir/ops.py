@@ -173,7 +173,11 @@ LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)
 TYPED_RESULT = frozenset({Op.CONVERT, Op.BITCAST, Op.TRUNCATED_NORMAL})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
-SCATTER_KINDS = ("sum", "prod", "max", "min")
+# scatter kinds: the segment reductions ("max"/"min": a tie or a NaN takes the later
+# value, as TF's segment kernels' cwiseMax(v, acc)), and the variable updates of
+# ResourceScatter* ("assign": the later value wins; "max_acc"/"min_acc": a tie or a NaN
+# keeps the accumulator, as TF's scatter functors' cwiseMax(acc, v))
+SCATTER_KINDS = ("sum", "prod", "max", "min", "sub", "div", "assign", "max_acc", "min_acc")
 SCAN_KINDS = ("sum", "prod")
 # "maxnum": float max that ignores NaN (-inf when nothing else); only for values whose
 # NaNs propagate anyway, such as Softmax's stabilising row max (x - max is NaN there).

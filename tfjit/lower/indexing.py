@@ -21,7 +21,7 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import INDEX_DTYPES, Instr, scatter_identity
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import ALL, NUMERIC, Unsupported, broadcast_to, register
-from tfjit.lower.variables import _declared, _var
+from tfjit.lower.variables import _assign, _declared, _var
 
 
 def _index(ctx, x: Instr) -> Instr:
@@ -114,6 +114,40 @@ def _segment(ctx, kind: str, drop_beyond: bool, nan_ignored: bool = False):
         flat = m.elementwise(Op.SELECT, m.elementwise(Op.IS_NAN, flat), identity, flat)
     out = m.scatter(flat, ids, kind, segments)
     return m.reshape(out, (segments,) + inner)
+
+
+_RESOURCE_SCATTER = {"Add": "sum", "Sub": "sub", "Mul": "prod", "Div": "div", "Min": "min_acc",
+                     "Max": "max_acc", "Update": "assign"}
+
+
+@register(*(f"ResourceScatter{k}" for k in _RESOURCE_SCATTER), dtypes=NUMERIC, type_attr="dtype")
+def _resource_scatter(ctx):
+    """var[indices[j]] (op)= updates[j], j in input order (TF's scatter functor: an embedding
+    table's sparse SGD step is ResourceScatterSub); an index outside [0, rows) is TF's
+    InvalidArgumentError at run time.  Updates are [] (every row) or indices.shape +
+    var.shape[1:]."""
+    m, v = ctx.m, _var(ctx)
+    _declared(ctx, v)
+    ids, updates = ctx.inputs[1], ctx.inputs[2]
+    value, kind = v.value, _RESOURCE_SCATTER[ctx.node.op[len("ResourceScatter"):]]
+    if kind == "div" and not value.dtype.is_float:
+        raise Unsupported(f"{ctx.node.op} on {value.dtype}: TF's kernel divides by zero unchecked")
+    if value.rank == 0:
+        raise Unsupported(f"{ctx.node.op}: the variable must be at least 1-D")
+    if updates.dtype is not value.dtype:
+        raise Unsupported(f"{ctx.node.op}: {updates.dtype} updates for a {value.dtype} variable")
+    want = ids.shape + value.shape[1:]
+    if updates.rank == 0:
+        updates = broadcast_to(m, updates, want)
+    if updates.shape != want:
+        raise Unsupported(f"{ctx.node.op}: updates of shape {list(updates.shape)} must be [] or "
+                          f"indices.shape + var.shape[1:] = {list(want)}")
+    columns = math.prod(value.shape[1:])
+    out = m.scatter(m.reshape(updates, (ids.size, columns)), m.reshape(_index(ctx, ids), (ids.size,)),
+                    kind, value.shape[0], init=m.reshape(value, (value.shape[0], columns)),
+                    bounds="index", index_shape=ids.shape)
+    _assign(v, m.reshape(out, value.shape))
+    return []
 
 
 @register("Cumsum", "Cumprod", dtypes=NUMERIC)
