@@ -83,7 +83,8 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
         emitted = pipeline.emit(optimized, aot, prefix)
     except codegen_target.NotForTarget as e:
         raise AotError(f"cannot compile {e.instr.op.spelling} {{{{node {e.instr.source}}}}}: "
-                       f"{e.reason}: tfjit-aot does not link it yet") from None
+                       "tfjit-aot does not link the runtime library (dot, convolution and its "
+                       "gradients) yet") from None
     llmod = emitted.llvm_module
     driver.internalize(llmod)
     output_bytes = [o.size * o.dtype.itemsize for o in m.outputs]
