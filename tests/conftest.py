@@ -14,6 +14,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def verify_ir():
+    """The IR verifier runs after every pass in every test (pipeline.optimize)."""
+    from tfjit import config
+    config.set_flags(tfjit_verify_ir=True)
+
+
 @pytest.fixture(scope="session")
 def tf():
     import tensorflow

@@ -26,6 +26,7 @@ def _bounded(what, fn):
 def test_a_100000_op_chain_through_the_ir_stages(tfjit):
     from tfjit import dtypes as dt
     from tfjit.codegen import llvm_cpu
+    from tfjit.codegen.target import Target
     from tfjit.ir import text
     from tfjit.ir.module import Module
     from tfjit.ir.ops import Op
@@ -51,8 +52,8 @@ def test_a_100000_op_chain_through_the_ir_stages(tfjit):
     _bounded("buffers", lambda: buffers.assign(m, fusions))
     small = chain(20_000)                         # LLVM IR of 20,000 fused ops, not compiled
     fs = fusion.fuse(small)
-    _bounded("emit", lambda: llvm_cpu.emit_module("deep", fs, buffers.assign(small, fs), [],
-                                                   parallel=True))
+    jit_like = Target("test", "x86_64-unknown-linux-gnu", "", runtime_calls=True)
+    _bounded("emit", lambda: llvm_cpu.emit_module("deep", fs, buffers.assign(small, fs), [], jit_like))
 
 
 def test_marking_and_clustering_a_100000_node_chain(tf):

@@ -1,13 +1,20 @@
 """The compiler driver: cluster definition → machine code, top to bottom.
 
-    lower  (graph → IR)            lower/graph_to_ir.py
-    passes (simplify, fusion,      passes/
-            buffer assignment)
-    codegen (IR → LLVM → code)     codegen/llvm_cpu.py
-    runtime (executable for the    runtime/launch.py
-             TfjitLaunch op)
+    lower     graph → IR                       lower/graph_to_ir.py
+    optimize  every pass, in PIPELINE order:   passes/
+              simplification, fusion, buffer
+              assignment (verified after each)
+    emit      optimised IR → LLVM IR for a     codegen/ (target.py: what it is told)
+              Target: the only road to code
+    then, per target:
+      JIT     LLVM IR → machine code → the     codegen/llvm_cpu.py, runtime/launch.py
+              executable the TfjitLaunch op runs
+      AOT     LLVM IR + C entry points → an    aot/compile.py
+              object file
 
-Each stage consumes only what the previous one produced.
+Each stage consumes only what the previous one produced.  ``optimize`` and
+``emit`` are shared by every target: a pass or a kernel added here reaches the
+JIT, tfjit-aot and (next) the GPU alike.
 """
 from __future__ import annotations
 
@@ -15,18 +22,133 @@ import dataclasses
 import itertools
 import time
 
+from tfjit import config
 from tfjit import dtypes as dt
 from tfjit.codegen import control, library, llvm_cpu, objcache
 from tfjit.codegen.elemental import MESSAGES
+from tfjit.codegen.target import NotForTarget, Target
 from tfjit.graph.graphdef import Graph
-from tfjit.ir import text
+from tfjit.ir import text, verify
 from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.simplify import CSE, DCE
 from tfjit.runtime import launch
 
-PASSES = [CSE(), DCE()]   # run in this order on the lowered module
+
+@dataclasses.dataclass
+class Optimized:
+    """A module after every pass: its kernels (fusions) and where their values live."""
+    module: Module
+    before: str                 # IR text as lowered
+    after: str = ""             # IR text after the passes
+    fusions: list | None = None
+    plan: buffers.BufferPlan | None = None
+
+
+class Fuse:
+    """Groups instructions into kernels (passes/fusion.py)."""
+    name = "fusion"
+
+    def run(self, o: Optimized):
+        o.fusions = fusion.fuse(o.module)
+        return o.fusions
+
+    def verify(self, o: Optimized) -> None:
+        verify.fusions(o.module, o.fusions, self.name)
+
+
+class AssignBuffers:
+    """Gives every kernel root a buffer slot and every temp its arena offset."""
+    name = "buffer-assignment"
+
+    def run(self, o: Optimized):
+        o.plan = buffers.assign(o.module, o.fusions)
+        return o.plan
+
+    def verify(self, o: Optimized) -> None:
+        verify.buffer_plan(o.module, o.fusions, o.plan, buffers.ALIGN, self.name)
+
+
+class _OnModule:
+    """A pass of ``Module -> changed`` (passes/simplify.py), as a pipeline step."""
+
+    def __init__(self, p):
+        self.p, self.name = p, p.name
+
+    def run(self, o: Optimized):
+        return self.p.run(o.module)
+
+    def verify(self, o: Optimized) -> None:
+        verify.module(o.module, self.name)
+
+
+PASSES = [CSE(), DCE()]       # the module-to-module passes, in order
+PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers()]   # what optimize runs
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    verify: bool = False        # the IR verifier after every pass (ir/verify.py)
+
+    @staticmethod
+    def from_flags() -> "Options":
+        return Options(verify=config.flags().tfjit_verify_ir)
+
+
+def optimize(m: Module, options: Options | None = None, after_pass=None) -> Optimized:
+    """Runs PIPELINE on ``m`` (changed in place; its parameters stay the inputs).
+
+    ``after_pass(seq, pass_name, module, result)``, when given, sees the module after
+    every pass (``result``: changed-or-not, the fusions, the buffer plan); the debug
+    dumps (api/dump.py, --tfjit_dump_pass_re) hook in here."""
+    options = options or Options.from_flags()
+    o = Optimized(m, text.module_str(m))
+    if options.verify:
+        verify.module(m, "lowering")
+    for seq, step in zip(itertools.count(), PIPELINE):
+        result = step.run(o)
+        if options.verify:
+            step.verify(o)
+        if after_pass is not None:
+            after_pass(seq, step.name, m, result)
+    o.after = text.module_str(m)
+    return o
+
+
+@dataclasses.dataclass
+class Emitted:
+    """LLVM IR for one optimised module and one target."""
+    llvm_module: object         # llvmlite ir.Module
+    steps: list                 # [(kernel symbol, rows, cost)] in run order
+    messages: list              # runtime error texts: status code k is messages[k - 1]
+    runtime: list               # op library functions the code calls
+
+
+def emit(o: Optimized, target: Target, name: str) -> Emitted:
+    """The kernels of ``o`` as LLVM IR for ``target``; NotForTarget when the module needs
+    what the target lacks (a dot or convolution, which call the op library, in AOT)."""
+    kinds = {f.kind for f in fusion.walk(o.fusions)}
+    if "library" in kinds and not target.runtime_calls:
+        i = next(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library")
+        raise NotForTarget(i, f"{target.name} code cannot call the runtime library "
+                              "(dot, convolution and its gradients)")
+    messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
+    llmod, steps = llvm_cpu.emit_module(name, o.fusions, o.plan, messages, target)
+    runtime = []             # op library functions the code calls
+    if "library" in kinds:   # dot/conv call the op library (TF's kernels)
+        runtime += library.runtime_symbols()
+    if target.runtime_calls and kinds & set(fusion.CONTROL):   # drivers shard big steps
+        runtime.append(control.PARALLEL_FOR)
+    return Emitted(llmod, steps, messages, runtime)
+
+
+def jit_target() -> Target:
+    """The JIT's target: the code this process's compile server (or in-process LLVM)
+    makes, run inside the launch op, with TF's oneDNN choice for this CPU."""
+    env = llvm_cpu.target_env()
+    return Target("cpu-jit", env["triple"], env["data_layout"], runtime_calls=True,
+                  onednn=config.onednn_enabled())
 
 
 @dataclasses.dataclass
@@ -49,7 +171,7 @@ class Compiled:
 
 
 def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=None) -> Compiled:
-    """Compiles one cluster for one input signature [(DType, shape)]."""
+    """Compiles one cluster for one input signature [(DType, shape)] (the JIT)."""
     start = time.perf_counter()
     m = lower_cluster(Graph.from_bytes(cluster_def), signature, name)
     compiled = compile_module(m, name, after_pass)
@@ -60,52 +182,29 @@ def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=N
 
 
 def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
-    """Passes, fusion, buffers, codegen and executable for a lowered (or parsed) module.
-
-    ``m`` is changed in place; its parameters are the executable's inputs.
-    ``after_pass(seq, pass_name, module, result)``, when given, sees the module after
-    every pass (``result``: changed-or-not, the fusions, the buffer plan); the debug
-    dumps (api/dump.py, --tfjit_dump_pass_re) hook in here.
-    """
+    """The JIT for a lowered (or parsed) module: optimize, emit for this process's CPU,
+    machine code, and the executable the launch op runs."""
     start = time.perf_counter()
     signature = [(p.dtype, p.shape) for p in m.params]
-    before = text.module_str(m)
-    seq = itertools.count()
-
-    def done(pass_name: str, result):
-        if after_pass is not None:
-            after_pass(next(seq), pass_name, m, result)
-        return result
-
-    for p in PASSES:
-        done(p.name, p.run(m))
-    fusions = done("fusion", fusion.fuse(m))
-    plan = done("buffer-assignment", buffers.assign(m, fusions))
-    messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
-    llmod, steps = llvm_cpu.emit_module(name, fusions, plan, messages, parallel=True)
-    kinds = {f.kind for f in fusion.walk(fusions)}
-    runtime = []             # op library functions the code calls
-    if "library" in kinds:   # dot/conv call the op library (TF's kernels)
-        runtime += library.runtime_symbols()
-    if kinds & set(fusion.CONTROL):   # loop drivers shard big steps through the op library
-        runtime.append(control.PARALLEL_FOR)
-    code = objcache.compile_module(llmod, [s for s, _, _ in steps], runtime=runtime)
+    o = optimize(m, after_pass=after_pass)
+    e = emit(o, jit_target(), name)
+    code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], runtime=e.runtime)
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],
-        output_dtypes=[o.dtype.tf_enum for o in m.outputs],
-        output_shapes=[o.shape for o in m.outputs],
-        output_source=plan.output_source,
+        output_dtypes=[out.dtype.tf_enum for out in m.outputs],
+        output_shapes=[out.shape for out in m.outputs],
+        output_source=o.plan.output_source,
         output_forward=[-1] * len(m.outputs),
-        temp_bytes=plan.temp_bytes,
-        temp_offsets=plan.temp_offsets,
-        steps=[(code.addresses[s], rows, cost) for s, rows, cost in steps],
-        messages=messages,
+        temp_bytes=o.plan.temp_bytes,
+        temp_offsets=o.plan.temp_offsets,
+        steps=[(code.addresses[s], rows, cost) for s, rows, cost in e.steps],
+        messages=e.messages,
         update_inputs=list(m.updates),
-        update_in_place=plan.update_in_place,
+        update_in_place=o.plan.update_in_place,
         keepalive=code,
-        runtime=runtime)
-    return Compiled(name, signature, before, text.module_str(m), fusions, plan, code, executable,
+        runtime=e.runtime)
+    return Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
                     time.perf_counter() - start)
 
 

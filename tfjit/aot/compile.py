@@ -1,10 +1,10 @@
 """Ahead-of-time compilation of one cluster into a relocatable object file.
 
-The same stages as the JIT (``tfjit/pipeline.py``): lower → PASSES → fusion →
-buffer assignment → kernels (``codegen.llvm_cpu.emit_module``); then, instead
-of loading the code with MCJIT, the C entry points of ``driver.py`` are added,
-every other symbol is made internal, and the module is optimised and emitted as
-a position-independent ELF object for the requested target.  The object calls
+The JIT's own stages (``tfjit/pipeline.py``): lower, ``optimize`` (every pass),
+``emit`` for a CPU-AOT ``Target``; then, instead of loading the code, the C
+entry points of ``driver.py`` are added, every other symbol is made internal,
+and the module is optimised and emitted as a position-independent ELF object
+for the requested target (``llvm_target.emit_object``).  The object calls
 nothing from llvmlite or TensorFlow: only libc (``malloc``/``free``/
 ``memcpy``) and, for float64 transcendentals, libm.
 """
@@ -17,11 +17,10 @@ import llvmlite.binding as llvm
 from tfjit.aot import driver
 from tfjit.aot.config import AotError
 from tfjit.aot.frontend import Cluster
-from tfjit.codegen import llvm_cpu, llvm_target
-from tfjit.codegen.elemental import MESSAGES
+from tfjit.codegen import llvm_target
+from tfjit.codegen import target as codegen_target
 from tfjit.graph.graphdef import Graph
 from tfjit.lower.graph_to_ir import LoweringError, lower_cluster
-from tfjit.passes import buffers, fusion
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,48 +71,34 @@ class Artifact:
 def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) -> Artifact:
     """Compiles ``cluster`` into an object whose entry points are named ``<prefix>_*``."""
     from tfjit import pipeline
-    from tfjit.ir import text
     tm = target.machine()
     triple, cpu, features = target.resolve()
     try:
         m = lower_cluster(Graph.from_bytes(cluster.graph_def), cluster.signature, prefix)
     except LoweringError as e:
         raise AotError(f"cannot compile {e.op} ({e.reason}) {{{{node {e.node}}}}}") from None
-    # The same steps as pipeline.compile_module (kept in step with it by hand: that
-    # function also builds the JIT's executable, which an AOT object must not need).
-    for p in pipeline.PASSES:
-        p.run(m)
-    fusions = fusion.fuse(m)
-    library = [f.roots[0] for f in fusion.walk(fusions) if f.kind == "library"]
-    if library:   # they call the op library (runtime/tf_kernels.cc), which an AOT object does not ship
-        i = library[0]
-        raise AotError(f"cannot compile {i.op.spelling} {{{{node {i.source}}}}}: tfjit-aot does "
-                       "not link the runtime library (dot, convolution and its gradients) yet")
-    plan = buffers.assign(m, fusions)
-    messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
-    llmod, steps = llvm_cpu.emit_module(prefix, fusions, plan, messages,
-                                        target={"triple": triple,
-                                                "data_layout": str(tm.target_data)})
+    optimized = pipeline.optimize(m)
+    aot = codegen_target.Target("tfjit-aot", triple, str(tm.target_data), runtime_calls=False)
+    try:
+        emitted = pipeline.emit(optimized, aot, prefix)
+    except codegen_target.NotForTarget as e:
+        raise AotError(f"cannot compile {e.instr.op.spelling} {{{{node {e.instr.source}}}}}: "
+                       "tfjit-aot does not link the runtime library (dot, convolution and its "
+                       "gradients) yet") from None
+    llmod = emitted.llvm_module
     driver.internalize(llmod)
     output_bytes = [o.size * o.dtype.itemsize for o in m.outputs]
-    layout = driver.emit(llmod, prefix, steps, plan, output_bytes, messages,
-                         x86=triple.startswith("x86_64"))
-    with llvm_cpu._lock:     # LLVM's global state is not thread-safe (shared with the JIT)
-        mod = llvm.parse_assembly(str(llmod))
-        mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = True
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        obj = tm.emit_object(mod)
+    layout = driver.emit(llmod, prefix, emitted.steps, optimized.plan, output_bytes,
+                         emitted.messages, x86=triple.startswith("x86_64"))
+    obj, optimized_ir = llvm_target.emit_object(tm, str(llmod))
     fetches = [dataclasses.replace(t, shape=tuple(o.shape), dtype=o.dtype)
                for t, o in zip(cluster.fetches, m.outputs)]
     for t, o in zip(cluster.fetches, m.outputs):
         if t.dtype is not None and t.dtype is not o.dtype:
             raise AotError(f"fetch '{t.tensor}' ({t.name}): compiled as {o.dtype}, the graph "
                            f"says {t.dtype}")
-    return Artifact(prefix, obj, list(cluster.feeds), fetches, layout, len(fusions),
-                    text.module_str(m), str(mod),
+    return Artifact(prefix, obj, list(cluster.feeds), fetches, layout, len(optimized.fusions),
+                    optimized.after, optimized_ir,
                     f"{triple}, cpu {cpu}, "
                     + (f"features {target.features}" if target.features else
                        "this machine's features" if features else "the CPU's default features"))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from tfjit import config
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
 from tfjit.ir.ops import Op
@@ -96,7 +95,7 @@ _CALLS = {
 DEFAULT, ONEDNN, MEASURED = 0, 1, 2
 
 
-def tf_kernel(i) -> tuple[int, str]:
+def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     """(kernel family, why) for library instruction ``i``.
 
     Which kernel is faster depends on the CPU more than on the op: on 2 AVX2 cores
@@ -112,7 +111,7 @@ def tf_kernel(i) -> tuple[int, str]:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
         return DEFAULT, "oneDNN refuses padding wider than the filter window"
-    if config.onednn_enabled():
+    if onednn:
         return ONEDNN, "TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS)"
     return MEASURED, "the faster of TF's default and oneDNN kernels, timed at its first run"
 
@@ -132,7 +131,7 @@ def failure_message(i) -> str:
     return f"TensorFlow's {_CALLS[i.op][2](i)} kernel failed{node}"
 
 
-def emit(module: ir.Module, fusion, plan, name: str, messages: list) -> list:
+def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: bool) -> list:
     """Emits the kernel of one library fusion; returns [(symbol, rows=1, cost)].
     ``messages`` receives the call's failure message (status code k is messages[k-1])."""
     (root,) = fusion.roots
@@ -152,7 +151,7 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list) -> list:
     slots = plan.slots[root]
     out = slot(slots[0])
     operands = [slot(plan.slots[library_source(fusion, o)][0]) for o in root.operands]
-    family, why = tf_kernel(root)
+    family, why = tf_kernel(root, onednn)
     kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured"}[family]
     fusion.notes.append(f"runs TF's {kernel} {_CALLS[root.op][2](root)} kernel: {why}")
     rc = b.call(callee, [slot(plan.device_slot), ir.Constant(I32, family), out, *operands,

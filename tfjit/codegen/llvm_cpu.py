@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 
 from llvmlite import ir
 
 from tfjit.codegen import control, indexing, library, llvm_target, mathlib
 from tfjit.codegen.elemental import MESSAGES
+from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
 from tfjit.codegen.update import UpdateEmitter
 
 log = logging.getLogger("tfjit")
-_lock = threading.Lock()
 
 
 _client = None
@@ -87,33 +86,30 @@ class MachineCode:
             return target_machine().emit_assembly(binding().parse_assembly(self.optimized_ir))
 
 
-def emit_module(name: str, fusions: list, plan, messages: list | None = None,
-                parallel: bool = False, target: dict | None = None) -> tuple:
-    """LLVM IR for all kernels of one cluster; returns (ir.Module, steps).  ``messages``
-    (``elemental.MESSAGES`` and more) receives the runtime error texts kernels add;
-    status code k reports ``messages[k - 1]``.  ``parallel``: loop drivers shard their
-    big steps through the op library's ``tfjit_rt_parallel_for`` (the JIT; an AOT object
-    has no op library).  ``target``: its "triple" and "data_layout" (default: the JIT's)."""
-    messages = list(MESSAGES) if messages is None else messages
+def emit_module(name: str, fusions: list, plan, messages: list, target) -> tuple:
+    """LLVM IR for all kernels of one cluster for ``target`` (codegen/target.py); returns
+    (ir.Module, steps).  ``messages`` (``elemental.MESSAGES`` and more) receives the
+    runtime error texts kernels add; status code k reports ``messages[k - 1]``."""
     module = ir.Module(name=name)
-    target = target or target_env()
-    module.triple, module.data_layout = target["triple"], target["data_layout"]
-    return module, emit_kernels(module, fusions, plan, name, messages, parallel)
+    module.triple, module.data_layout = target.triple, target.data_layout
+    return module, emit_kernels(module, fusions, plan, name, messages, target)
 
 
 def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
-                 parallel: bool = False) -> list:
-    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
+                 target) -> list:
+    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps.
+    Loop drivers shard their big steps through the op library's parallel_for where the
+    target's code may call it."""
     steps = []
     for n, f in enumerate(fusions):
         kname = bounded_name(f"{prefix}.k{n}")
         if f.kind == "library":
-            steps += library.emit(module, f, plan, kname, messages)
+            steps += library.emit(module, f, plan, kname, messages, onednn=target.onednn)
         elif f.kind in ("while", "conditional"):
             emit = control.emit_while if f.kind == "while" else control.emit_conditional
             steps += emit(module, f, plan, kname,
-                          lambda fs, p: emit_kernels(module, fs, plan, p, messages, parallel),
-                          parallel)
+                          lambda fs, p: emit_kernels(module, fs, plan, p, messages, target),
+                          target.runtime_calls)
         elif f.kind == "update":
             steps += UpdateEmitter(module, mathlib.emit, f, plan, kname, messages).emit()
         else:

@@ -7,6 +7,9 @@ codegen, so it starts quickly) and by ``llvm_cpu`` when LLVM runs in-process.
 from __future__ import annotations
 
 import functools
+import threading
+
+LOCK = threading.Lock()     # LLVM's global state (pass registration, MCJIT) is not thread-safe
 
 
 def binding():
@@ -65,6 +68,16 @@ def optimise(mod, tm) -> None:
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+
+
+def emit_object(tm, llvm_ir: str) -> tuple:
+    """(object file bytes, optimised IR) of LLVM IR text for target machine ``tm`` (AOT)."""
+    llvm = binding()
+    with LOCK:
+        mod = llvm.parse_assembly(llvm_ir)
+        mod.verify()
+        optimise(mod, tm)
+        return tm.emit_object(mod), str(mod)
 
 
 def env(tm) -> dict:

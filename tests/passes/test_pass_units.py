@@ -1,0 +1,141 @@
+"""Pass-level tests: IR text in, one pass (or the pipeline up to it), assertions on
+what it produced -- instruction counts, kernel kinds and notes, buffer slots -- with
+the verifier checking each result, as XLA's pass tests parse HLO text and run one
+pass.  No TensorFlow: a pass bug shows up here, at the pass, not as a numeric
+mismatch three stages later."""
+from __future__ import annotations
+
+import pytest
+
+from tfjit import pipeline
+from tfjit.ir import verify
+from tfjit.ir.ops import Op
+from tfjit.ir.parse import parse_module
+from tfjit.passes import buffers, fusion
+from tfjit.passes.simplify import CSE, DCE
+
+DENSE = """module dense {
+  %p0 = f32[4,8] parameter(0)
+  %p1 = f32[8,3] parameter(1)
+  %p2 = f32[3] parameter(2)
+  %dot.3 = f32[4,3] dot(%p0, %p1), transpose_lhs=0, transpose_rhs=0
+  %broadcast.4 = f32[4,3] broadcast(%p2), dims={1}
+  %add.5 = f32[4,3] add(%dot.3, %broadcast.4)
+  %constant.6 = f32[] constant(0.0)
+  %broadcast.7 = f32[4,3] broadcast(%constant.6), dims={}
+  %maximum.8 = f32[4,3] maximum(%add.5, %broadcast.7)
+  %broadcast.9 = f32[4,3] broadcast(%p2), dims={1}
+  %add.10 = f32[4,3] add(%dot.3, %broadcast.9)
+  %exp.11 = f32[4,8] exp(%p0)
+  %reduce.12 = f32[4] reduce(%maximum.8), kind=sum, ndims=1
+  ROOT (%maximum.8, %reduce.12, %add.10)
+}
+"""
+
+SOFTMAX = """module softmax {
+  %p0 = f32[4,8] parameter(0)
+  %reduce.0 = f32[4] reduce(%p0), kind=maxnum, ndims=1
+  %broadcast.1 = f32[4,8] broadcast(%reduce.0), dims={0}
+  %subtract.2 = f32[4,8] subtract(%p0, %broadcast.1)
+  %exp.3 = f32[4,8] exp(%subtract.2)
+  %reduce.4 = f32[4] reduce(%exp.3), kind=sum, ndims=1
+  %broadcast.5 = f32[4,8] broadcast(%reduce.4), dims={0}
+  %divide.6 = f32[4,8] divide(%exp.3, %broadcast.5)
+  ROOT (%divide.6)
+}
+"""
+
+
+def ops(m) -> list:
+    return [i.op for i in m.instrs]
+
+
+def test_cse_merges_the_repeated_bias_add_and_dce_drops_the_dead_exp():
+    m = parse_module(DENSE)
+    assert CSE().run(m) is True
+    verify.module(m, "cse")
+    assert m.outputs[2] is m.outputs[0].operands[0]          # add.10 is now add.5
+    assert DCE().run(m) is True
+    verify.module(m, "dce")
+    assert Op.EXP not in ops(m)
+    assert ops(m).count(Op.ADD) == 1 and ops(m).count(Op.BROADCAST) == 2
+    assert CSE().run(m) is False and DCE().run(m) is False   # a fixed point
+
+
+def test_fusion_puts_the_dot_in_a_library_kernel_and_the_epilogue_in_one_loop():
+    o = pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True))
+    kinds = [f.kind for f in o.fusions]
+    assert kinds.count("library") == 1, kinds
+    (lib,) = [f for f in o.fusions if f.kind == "library"]
+    assert lib.roots[0].op is Op.DOT
+    rest = [f for f in o.fusions if f.kind != "library"]
+    # bias add, relu and the row sum read the dot's result once, in kernels after it
+    assert all(o.fusions.index(f) > o.fusions.index(lib) for f in rest)
+    assert {r.op for f in rest for r in f.roots} <= {Op.MAX, Op.ADD, Op.REDUCE}
+
+
+def test_softmax_is_one_loop_kernel_hoisting_both_reductions():
+    o = pipeline.optimize(parse_module(SOFTMAX), pipeline.Options(verify=True))
+    (f,) = o.fusions
+    assert f.kind == "loop"
+    assert [h.attrs["kind"] for h in f.hoisted] == ["maxnum", "sum"]
+    assert not o.plan.temp_bytes                    # nothing goes through memory
+
+
+def test_buffer_assignment_slots_and_aligned_temps():
+    o = pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True))
+    plan = o.plan
+    assert (plan.num_inputs, plan.num_outputs) == (3, 3)
+    m = o.module
+    for k, out in enumerate(m.outputs):              # outputs are written to slots 3, 4, 5
+        assert 3 + k in plan.slots[out]
+    (lib,) = [f for f in o.fusions if f.kind == "library"]
+    dot = lib.roots[0]
+    temp = plan.slots[dot][0]                        # the dot's result is a temp (not an output)
+    assert temp >= plan.num_inputs + plan.num_outputs
+    k = temp - plan.num_inputs - plan.num_outputs
+    assert plan.temp_bytes[k] == 4 * 3 * 4
+    assert all(off % buffers.ALIGN == 0 for off in plan.temp_offsets)
+    assert plan.status_slot == plan.num_inputs + plan.num_outputs + len(plan.temp_bytes)
+
+
+def test_after_pass_sees_every_step_of_the_pipeline_in_order():
+    seen = []
+    pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True),
+                      after_pass=lambda seq, name, m, result: seen.append((seq, name)))
+    assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
+    assert [name for _, name in seen] == ["cse", "dce", "fusion", "buffer-assignment"]
+
+
+# -- the verifier catches what a broken pass would leave -------------------------------
+
+def test_verifier_refuses_a_use_before_its_definition():
+    m = parse_module(SOFTMAX)
+    m.instrs[2], m.instrs[3] = m.instrs[3], m.instrs[2]   # subtract before its broadcast
+    with pytest.raises(verify.VerifyError, match="subtract.2 .* reads broadcast.1, which is not "
+                                                 "defined before it"):
+        verify.module(m, "a broken pass")
+
+
+def test_verifier_refuses_an_elementwise_operand_of_another_shape():
+    m = parse_module(SOFTMAX)
+    sub = m.instrs[3]
+    sub.operands = (sub.operands[0], m.instrs[1])           # f32[4] into an f32[4,8] subtract
+    with pytest.raises(verify.VerifyError, match="elementwise subtract.2 .* reads reduce.0 of shape"):
+        verify.module(m, "a broken pass")
+
+
+def test_verifier_refuses_an_output_no_kernel_writes():
+    m = parse_module(DENSE)
+    CSE().run(m), DCE().run(m)
+    kernels = fusion.fuse(m)
+    dropped = [f for f in kernels if any(r in m.outputs for r in f.roots) and f.kind != "library"]
+    with pytest.raises(verify.VerifyError, match="is not written by any kernel|which no earlier kernel"):
+        verify.fusions(m, [f for f in kernels if f is not dropped[-1]], "a broken fusion")
+
+
+def test_verifier_refuses_a_misaligned_temp():
+    o = pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True))
+    o.plan.temp_offsets[0] += 4
+    with pytest.raises(verify.VerifyError, match="is not 64-byte aligned"):
+        verify.buffer_plan(o.module, o.fusions, o.plan, buffers.ALIGN)

@@ -1,0 +1,40 @@
+"""What code is made for: the one description codegen is handed, never looks up.
+
+``pipeline.emit(optimized, target)`` is the only road from optimised IR to LLVM
+IR, and everything it needs to know about where the code will run is here:
+
+* ``triple``/``data_layout``: the LLVM module's, from the machine that compiles
+  (the compile server's for the JIT; the requested one for AOT);
+* ``runtime_calls``: the code may call the op library (``runtime/tf_kernels.cc``:
+  dot and convolution through TF's kernels, and ``tfjit_rt_parallel_for``, through
+  which loop drivers shard their big steps).  The JIT's code runs inside the
+  launch op, so it may; an AOT object ships without TensorFlow, so it may not;
+* ``onednn``: TF runs oneDNN's kernels on this CPU, so library calls take them
+  (otherwise each call times both at its first run; ``codegen/library.py``).
+
+The choices that once came from globals (flags, TF's oneDNN switch) are made
+once, by whoever builds the Target (``pipeline.jit_target()`` for the JIT,
+``aot/compile.py`` for tfjit-aot), so that the same optimised module emits the same code for the
+same Target wherever it is compiled.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str                   # "cpu-jit" | "cpu-aot": shown in errors
+    triple: str
+    data_layout: str
+    runtime_calls: bool         # may call the op library (see above)
+    onednn: bool = False
+
+
+class NotForTarget(Exception):
+    """The module needs what the target lacks (e.g. a library call in an AOT object)."""
+
+    def __init__(self, instr, reason: str):
+        super().__init__(reason)
+        self.instr = instr
+        self.reason = reason
