@@ -391,8 +391,9 @@ def test_malformed_library_instructions_are_parse_errors(line, message):
 
 
 def test_unsupported_forms_name_the_op():
-    x = tf.zeros([1, 4, 4, 2])
-    w = tf.zeros([2, 2, 1, 4])            # grouped convolution (2 groups)
+    x = tf.zeros([1, 4, 4, 4])
+    w = tf.zeros([2, 2, 2, 4])            # grouped convolution, 2 groups of 2 channels (one
+                                          # group per channel compiles: test_function_calls.py)
     f = tfjit.function(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Conv2D.*grouped"):
         f(x, w)
