@@ -139,3 +139,11 @@ def test_verifier_refuses_a_misaligned_temp():
     o.plan.temp_offsets[0] += 4
     with pytest.raises(verify.VerifyError, match="is not 64-byte aligned"):
         verify.buffer_plan(o.module, o.fusions, o.plan, buffers.ALIGN)
+
+
+def test_every_kernel_kind_has_one_emitter():
+    from tfjit.codegen.llvm_cpu import EMITTERS
+    from tfjit.passes.fusion import KernelKind
+    assert set(EMITTERS) == set(KernelKind)
+    o = pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True))
+    assert all(isinstance(f.kind, KernelKind) for f in o.fusions)

@@ -347,12 +347,3 @@ class TopKEmitter(_OwnKernel):
         b.position_at_end(done)
         b.ret_void()
         return fn
-
-
-EMITTERS = {"scatter": ScatterEmitter, "scan": ScanEmitter, "sort": TopKEmitter}
-
-
-def emitter_for(kind: str):
-    """The emitter class of a kernel kind (``KernelEmitter`` for loops and reductions)."""
-    return EMITTERS.get(kind, KernelEmitter)
-

@@ -26,7 +26,9 @@ from tfjit.codegen import control, indexing, library, llvm_target, mathlib
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
+from tfjit.codegen.emitter import KernelEmitter
 from tfjit.codegen.update import UpdateEmitter
+from tfjit.passes.fusion import KernelKind
 
 log = logging.getLogger("tfjit")
 
@@ -97,25 +99,45 @@ def emit_module(name: str, fusions: list, plan, messages: list, target) -> tuple
 
 def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
                  target) -> list:
-    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps.
-    Loop drivers shard their big steps through the op library's parallel_for where the
-    target's code may call it."""
+    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
     steps = []
     for n, f in enumerate(fusions):
-        kname = bounded_name(f"{prefix}.k{n}")
-        if f.kind == "library":
-            steps += library.emit(module, f, plan, kname, messages, onednn=target.onednn)
-        elif f.kind in ("while", "conditional"):
-            emit = control.emit_while if f.kind == "while" else control.emit_conditional
-            steps += emit(module, f, plan, kname,
-                          lambda fs, p: emit_kernels(module, fs, plan, p, messages, target),
-                          target.runtime_calls)
-        elif f.kind == "update":
-            steps += UpdateEmitter(module, mathlib.emit, f, plan, kname, messages).emit()
-        else:
-            emitter = indexing.emitter_for(f.kind)
-            steps += emitter(module, mathlib.emit, f, plan, kname, messages).emit()
+        steps += EMITTERS[f.kind](module, f, plan, bounded_name(f"{prefix}.k{n}"), messages, target)
     return steps
+
+
+def _library(module, f, plan, name, messages, target) -> list:
+    return library.emit(module, f, plan, name, messages, onednn=target.onednn)
+
+
+def _control(module, f, plan, name, messages, target) -> list:
+    """Loop drivers shard their big steps through the op library's parallel_for where the
+    target's code may call it."""
+    emit = control.emit_while if f.kind is KernelKind.WHILE else control.emit_conditional
+    return emit(module, f, plan, name,
+                lambda fs, p: emit_kernels(module, fs, plan, p, messages, target),
+                target.runtime_calls)
+
+
+def _emitter(cls):
+    """A kernel emitted by an emitter class (``emitter.KernelEmitter`` and its kinds)."""
+    return lambda module, f, plan, name, messages, target: \
+        cls(module, mathlib.emit, f, plan, name, messages).emit()
+
+
+# The one dispatch on kernel kinds: every kind fusion makes has its emitter here.
+EMITTERS = {
+    KernelKind.LOOP: _emitter(KernelEmitter),
+    KernelKind.REDUCE: _emitter(KernelEmitter),
+    KernelKind.LIBRARY: _library,
+    KernelKind.UPDATE: _emitter(UpdateEmitter),
+    KernelKind.WHILE: _control,
+    KernelKind.CONDITIONAL: _control,
+    KernelKind.SCATTER: _emitter(indexing.ScatterEmitter),
+    KernelKind.SCAN: _emitter(indexing.ScanEmitter),
+    KernelKind.SORT: _emitter(indexing.TopKEmitter),
+}
+assert set(EMITTERS) == set(KernelKind), "a kernel kind without an emitter"
 
 
 MAX_NAME = 120     # LLVM refuses local names (labels carry the kernel's) past 1024 chars

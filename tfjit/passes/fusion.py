@@ -47,6 +47,7 @@ materialised: every kernel that needs them recomputes them from the source.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 from tfjit.ir.indexing import operand_index
@@ -66,10 +67,30 @@ COLUMN_SPLIT_CHUNKS = 16        # ... into at most this many chunks,
 COLUMN_CHUNK_MIN = 1 << 14      # ... each reading at least this many elements
 
 
+class KernelKind(str, enum.Enum):
+    """What a kernel is (the list above).  Codegen dispatches on it through one table,
+    ``codegen/llvm_cpu.py``'s EMITTERS; a str enum, so a kind prints, and compares
+    equal to, its name ("loop")."""
+    LOOP = "loop"
+    REDUCE = "reduce"
+    LIBRARY = "library"
+    UPDATE = "update"
+    WHILE = "while"
+    CONDITIONAL = "conditional"
+    SCATTER = "scatter"
+    SCAN = "scan"
+    SORT = "sort"
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
 @dataclasses.dataclass(eq=False)
 class Fusion:
     name: str
-    kind: str                       # "loop" | "reduce" | "library" | "scatter" | "scan" | "sort"
+    kind: KernelKind
     roots: list
     instrs: list                    # computed inside, roots included (module order)
     shape: tuple                    # iteration space
@@ -100,8 +121,8 @@ class Fusion:
         return f"Fusion({self.name}, {self.kind}, roots={self.roots})"
 
 
-CONTROL = ("while", "conditional")
-SINGLE_ROW = ("library", "update") + CONTROL    # kernels run as one row (one call)
+CONTROL = (KernelKind.WHILE, KernelKind.CONDITIONAL)
+SINGLE_ROW = (KernelKind.LIBRARY, KernelKind.UPDATE) + CONTROL    # run as one row (one call)
 
 
 def in_memory(i: Instr) -> bool:
@@ -109,7 +130,7 @@ def in_memory(i: Instr) -> bool:
     elements of while/conditional results."""
     return i.op in (Op.PARAMETER, Op.GET_TUPLE_ELEMENT)
 # Instruction kinds that root a kernel of their own (with their operands fused in).
-OWN_KERNEL = {Kind.SCATTER: "scatter", Kind.SCAN: "scan", Kind.SORT: "sort"}
+OWN_KERNEL = {Kind.SCATTER: KernelKind.SCATTER, Kind.SCAN: KernelKind.SCAN, Kind.SORT: KernelKind.SORT}
 _OWN_KERNEL_WHY = {
     Kind.SCATTER: "a scatter adds rows into its result in input order",
     Kind.SCAN: "a scan carries a running value along its dim",
@@ -185,8 +206,8 @@ class _Builder:
         self.fusions: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
-        kind = {Kind.REDUCE: "reduce", Kind.LIBRARY: "library", Kind.UPDATE: "update",
-                **OWN_KERNEL}.get(root.op.kind, "loop")
+        kind = {Kind.REDUCE: KernelKind.REDUCE, Kind.LIBRARY: KernelKind.LIBRARY,
+                Kind.UPDATE: KernelKind.UPDATE, **OWN_KERNEL}.get(root.op.kind, KernelKind.LOOP)
         if kind == "reduce":
             operand = root.operands[0]
             shape, outer = operand.shape, root.rank
@@ -219,7 +240,7 @@ class _Builder:
     def control(self, i: Instr) -> Fusion:
         """A while/conditional: its own step, owning the get-tuple-elements of its result."""
         elements = [u for u in self.users[i] if u.op is Op.GET_TUPLE_ELEMENT]
-        kind = "while" if i.op is Op.WHILE else "conditional"
+        kind = KernelKind.WHILE if i.op is Op.WHILE else KernelKind.CONDITIONAL
         f = Fusion(f"fusion.{len(self.fusions)}", kind, elements, [i] + elements, (), 0)
         f.called = [fuse(c, loop_body=i.op is Op.WHILE and n == 1) for n, c in enumerate(i.called)]
         f.notes.append(f"{i!r} is a {kind}: its computations run as kernels of their own")
