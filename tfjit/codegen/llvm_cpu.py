@@ -22,7 +22,7 @@ import logging
 
 from llvmlite import ir
 
-from tfjit.codegen import control, indexing, library, llvm_target, mathlib
+from tfjit.codegen import control, library, llvm_target, mathlib, own_kernels
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
@@ -133,9 +133,9 @@ EMITTERS = {
     KernelKind.UPDATE: _emitter(UpdateEmitter),
     KernelKind.WHILE: _control,
     KernelKind.CONDITIONAL: _control,
-    KernelKind.SCATTER: _emitter(indexing.ScatterEmitter),
-    KernelKind.SCAN: _emitter(indexing.ScanEmitter),
-    KernelKind.SORT: _emitter(indexing.TopKEmitter),
+    KernelKind.SCATTER: _emitter(own_kernels.ScatterEmitter),
+    KernelKind.SCAN: _emitter(own_kernels.ScanEmitter),
+    KernelKind.SORT: _emitter(own_kernels.TopKEmitter),
 }
 assert set(EMITTERS) == set(KernelKind), "a kernel kind without an emitter"
 

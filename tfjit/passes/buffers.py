@@ -395,7 +395,7 @@ def _variable_in_place(m: Module, fusions: list, param: int, value) -> bool:
 
 
 def topk_key_bytes(x) -> int:
-    """Bytes of one top-k sort key (codegen/indexing.py): a value's monotonic bits over
+    """Bytes of one top-k sort key (codegen/own_kernels.py): a value's monotonic bits over
     the complemented index, 32 + 32 bits, or 64 + 64 for 64-bit values."""
     return 16 if x.dtype.bits == 64 else 8
 
