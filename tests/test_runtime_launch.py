@@ -363,3 +363,46 @@ def test_build_errors(tmp_path, monkeypatch):
         build.compile_library(build.find_compiler(), [str(bad)], str(bad.parent / "bad.so"),
                               ["-shared", "-fPIC"], [])
     assert [p.name for p in bad.parent.iterdir()] == ["bad.cc"]   # no temp file left behind
+
+
+# -- the ABI handshake (runtime/abi.py, abi.h) --------------------------------------------
+
+def _layout_library(tmp_path, body: str) -> str:
+    src, lib = tmp_path / "layout.cc", tmp_path / "liblayout.so"
+    src.write_text('#include <cstdint>\nextern "C" void TfjitAbiLayout(int64_t* out) {' + body + '}\n')
+    import subprocess
+    subprocess.run([build.find_compiler(), "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return str(lib)
+
+
+def test_the_loaded_library_has_this_tfjits_abi_layout():
+    import ctypes
+    from tfjit.runtime import abi
+    launch.load()
+    out = (ctypes.c_int64 * 7)()
+    launch._lib().c.TfjitAbiLayout(out)
+    assert tuple(out) == abi.layout()
+    assert abi.layout()[2] == abi.STATUS_BYTES == 64 and abi.layout()[1] == abi.ALIGN
+
+
+@pytest.mark.parametrize("body, what", [
+    ("for (int k = 0; k < 7; ++k) out[k] = 0;", "another layout"),
+    ("", "a library that writes nothing"),
+])
+def test_a_library_with_another_abi_layout_is_refused(tmp_path, body, what):
+    import ctypes
+    from tfjit.runtime import abi
+    path = _layout_library(tmp_path, body)
+    with pytest.raises(abi.AbiMismatch, match="was built for another tfjit runtime"):
+        abi.check(ctypes.CDLL(path), path)
+
+
+def test_a_library_without_the_layout_symbol_is_refused(tmp_path):
+    import ctypes
+    from tfjit.runtime import abi
+    src, lib = tmp_path / "old.cc", tmp_path / "libold.so"
+    src.write_text('extern "C" int TfjitSomethingElse() { return 1; }\n')
+    import subprocess
+    subprocess.run([build.find_compiler(), "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    with pytest.raises(abi.AbiMismatch, match=r"ABI layout None"):
+        abi.check(ctypes.CDLL(str(lib)), str(lib))

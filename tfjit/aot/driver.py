@@ -34,9 +34,10 @@ import re
 from llvmlite import ir
 
 from tfjit.codegen.llvm_types import I1, I8, I32, I64, PTR, VOID, i64
-from tfjit.runtime.launch import STATUS_BYTES
+from tfjit.runtime import abi
+from tfjit.runtime.abi import STATUS_BYTES
 
-ALIGN = 64
+ALIGN = abi.ALIGN
 DRIVER_MESSAGES = ("tfjit AOT: cannot allocate memory for temporary buffers",
                    "tfjit AOT: an argument, result or temp buffer pointer is NULL",
                    "tfjit AOT: an argument, result or temp buffer is not 64-byte aligned")

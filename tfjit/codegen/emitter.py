@@ -31,6 +31,7 @@ from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
 from tfjit.passes.fusion import COLUMN_BLOCK, FLAT_BLOCK, Fusion, reads
+from tfjit.runtime import abi
 
 ROW_CACHE_MAX = 8192     # elements of a per-row stack buffer (32 KiB of f32)
 
@@ -113,7 +114,7 @@ class KernelEmitter(ReductionRows):
         inner.attributes.add("alwaysinline")
         for a in inner.args[:len(slots)]:
             a.add_attribute("noalias")
-            a.attributes.align = 64       # TF's allocator and allocate_temp align to 64 bytes
+            a.attributes.align = abi.ALIGN   # every buffer the launch hands over (runtime/abi.h)
         outer = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), name=symbol)
         ob = ir.IRBuilder(outer.append_basic_block("entry"))
         bufs, begin, end = outer.args
@@ -385,7 +386,7 @@ class KernelEmitter(ReductionRows):
             g = ir.GlobalVariable(self.module, arr_t, name=name)
             g.global_constant = True
             g.linkage = "internal"
-            g.align = 64
+            g.align = abi.ALIGN
             g.initializer = ir.Constant(arr_t, data)
         b = self.b
         raw = b.load(b.gep(g, [self._linear(idx, i.shape)], source_etype=bits_t), typ=bits_t)

@@ -46,6 +46,7 @@ from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.passes import fusion as fusion_mod
 from tfjit.passes.fusion import topk_merges
+from tfjit.runtime import abi
 
 
 @dataclasses.dataclass
@@ -258,7 +259,7 @@ class _Assigner:
 
 # -- sharing temps --------------------------------------------------------------------
 
-ALIGN = 64     # bytes: every temp starts on a cache line (the kernels' loads assume it)
+ALIGN = abi.ALIGN     # bytes: every temp starts on a cache line (the kernels' loads assume it)
 
 
 def _aligned(n: int) -> int:

@@ -19,10 +19,12 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.runtime import launch
-from tfjit.runtime.launch import STATUS_BYTES, Executable, error_text
+from tfjit.runtime import abi
+from tfjit.runtime.abi import STATUS_BYTES
+from tfjit.runtime.launch import Executable, error_text
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.c_int64)
-ALIGN = 64
+ALIGN = abi.ALIGN
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:

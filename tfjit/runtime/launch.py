@@ -17,33 +17,12 @@ import re
 import threading
 from typing import Callable, Sequence
 
-from tfjit.runtime import build
+from tfjit.runtime import abi, build
+from tfjit.runtime.abi import TfjitExecutable, TfjitStep
 
 PARALLEL_FOR = "tfjit_rt_parallel_for"   # parallel.cc: the loop drivers' sharding entry
 
-# -- C mirrors of the ABI structs in launch_op.cc ---------------------------
-
-class TfjitStep(ctypes.Structure):
-    _fields_ = [("fn", ctypes.c_void_p), ("rows", ctypes.c_int64),
-                ("cost_per_row", ctypes.c_int64)]
-
-
-class TfjitExecutable(ctypes.Structure):
-    _fields_ = [
-        ("num_inputs", ctypes.c_int32), ("input_dtypes", ctypes.POINTER(ctypes.c_int32)),
-        ("num_outputs", ctypes.c_int32), ("output_dtypes", ctypes.POINTER(ctypes.c_int32)),
-        ("output_ranks", ctypes.POINTER(ctypes.c_int32)),
-        ("output_dims", ctypes.POINTER(ctypes.c_int64)),
-        ("output_source", ctypes.POINTER(ctypes.c_int32)),
-        ("output_forward", ctypes.POINTER(ctypes.c_int32)),
-        ("num_temps", ctypes.c_int32), ("temp_bytes", ctypes.POINTER(ctypes.c_int64)),
-        ("num_steps", ctypes.c_int32), ("steps", ctypes.POINTER(TfjitStep)),
-        ("num_messages", ctypes.c_int32), ("messages", ctypes.POINTER(ctypes.c_char_p)),
-        ("num_updates", ctypes.c_int32), ("update_input", ctypes.POINTER(ctypes.c_int32)),
-        ("update_in_place", ctypes.POINTER(ctypes.c_int32)),
-        ("temp_offsets", ctypes.POINTER(ctypes.c_int64)), ("arena_bytes", ctypes.c_int64),
-    ]
-
+# The structs and constants the op library shares are in abi.py (mirroring abi.h).
 
 COMPILE_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int32,
@@ -64,8 +43,6 @@ PASS_CALLBACK = ctypes.CFUNCTYPE(
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
 
 DT_RESOURCE = 20                 # TF's DataType enum of resource handles (variables)
-STATUS_BYTES = 64                # TfjitStatus: int32 code, then int64 detail[7] from byte 8
-STATUS_DETAILS = 7
 
 
 def error_text(message: str, details: Sequence[int]) -> str:
@@ -129,11 +106,11 @@ def _array(ctype, values):
 
 
 def arena_offsets(temp_bytes: Sequence[int]) -> list:
-    """Offsets that give every temp its own 64-byte aligned range of the arena."""
+    """Offsets that give every temp its own ALIGN-byte aligned range of the arena."""
     out, end = [], 0
     for b in temp_bytes:
         out.append(end)
-        end += -(-int(b) // 64) * 64
+        end += -(-int(b) // abi.ALIGN) * abi.ALIGN
     return out
 
 
@@ -147,7 +124,7 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
 
     Temps live in one arena: temp t is ``temp_bytes[t]`` bytes at ``temp_offsets[t]``
-    (64-byte aligned; temps whose lifetimes are disjoint may overlap, see
+    (abi.ALIGN-byte aligned; temps whose lifetimes are disjoint may overlap, see
     passes/buffers.py); by default each has its own range.
 
     ``update_inputs``: the last ``len(update_inputs)`` outputs are new values of
@@ -172,8 +149,9 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         raise ValueError(f"negative temp size in {list(temp_bytes)}")
     if temp_offsets is None:
         temp_offsets = arena_offsets(temp_bytes)
-    if len(temp_offsets) != len(temp_bytes) or any(o < 0 or o % 64 for o in temp_offsets):
-        raise ValueError(f"temp offsets {list(temp_offsets)}: one 64-byte aligned offset per temp")
+    if len(temp_offsets) != len(temp_bytes) or any(o < 0 or o % abi.ALIGN for o in temp_offsets):
+        raise ValueError(f"temp offsets {list(temp_offsets)}: one {abi.ALIGN}-byte aligned offset "
+                         "per temp")
     arena_bytes = max((o + b for o, b in zip(temp_offsets, temp_bytes)), default=0)
     for fn, rows, cost in steps:
         if not fn or rows < 0 or cost < 0:
@@ -209,6 +187,7 @@ class _Library:
         self.cache_root = cache_root
         self.ops = tf.load_op_library(path)     # registers the op and kernel
         self.c = ctypes.CDLL(path)              # same dlopen handle: same globals
+        abi.check(self.c, path)                 # its structs are this tfjit's (abi.h)
         self.c.TfjitSetCompileCallback.argtypes = [COMPILE_CALLBACK]
         self.c.TfjitSetCompileCallback.restype = None
         self.c.TfjitClearCache.argtypes = []

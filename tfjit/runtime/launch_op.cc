@@ -2,14 +2,12 @@
 // tfjit's compiler. Built on first use against the installed TensorFlow by
 // tfjit/runtime/build.py; loaded by tfjit/runtime/launch.py.
 //
-// ABI shared with tfjit's code generator (change both sides together):
+// ABI shared with tfjit's code generator and Python runtime: abi.h (structs and
+// constants, checked at load by runtime/abi.py).  What the kernels do with it:
 //
-//   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
-//     bufs = [input_0..input_{n_in-1}, output_0..output_{n_out-1},
-//             temp_0..temp_{n_temp-1}, status, device]
 //     (the temps are ranges of one arena, at temp_offsets; temps whose
 //     lifetimes are disjoint may share bytes)
-//     status points to a TfjitStatus (64 bytes): code, 0 at the start of each
+//     status points to a TfjitStatus (one cache line): code, 0 at the start of each
 //     launch. On an error a kernel stores k > 0 in code (messages[k-1] describes
 //     it) and may return early; any thread may store it. A kernel that reports
 //     values with its error (a gather's bad index) sets code by compare-and-swap
@@ -75,31 +73,14 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/util/work_sharder.h"
+#include "abi.h"
 #include "arena.h"
 #include "runtime.h"
 #include "variables.h"
 
 extern "C" {
-typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
-
-struct TfjitStep { TfjitKernelFn fn; int64_t rows; int64_t cost_per_row; };  // fn over [0, rows)
-
-struct alignas(64) TfjitStatus { int32_t code; int32_t unused; int64_t detail[7]; };
-
-struct TfjitExecutable {
-  int32_t num_inputs;  const int32_t* input_dtypes;  // TF DataType enum values
-  int32_t num_outputs; const int32_t* output_dtypes; const int32_t* output_ranks;
-  const int64_t* output_dims;      // all output dims concatenated
-  const int32_t* output_source;    // per output: -1 = computed, k >= 0: output IS input k
-  const int32_t* output_forward;   // per output: -1, or input whose buffer it may reuse
-  int32_t num_temps;   const int64_t* temp_bytes;
-  int32_t num_steps;   const TfjitStep* steps;
-  int32_t num_messages; const char* const* messages;  // status k -> messages[k-1]
-  int32_t num_updates; const int32_t* update_input;   // trailing outputs -> variable inputs
-  const int32_t* update_in_place;                      // per update: may overwrite the old value
-  const int64_t* temp_offsets;     // per temp: its 64-byte aligned offset in one arena
-  int64_t arena_bytes;             // the arena's size (temps with disjoint lifetimes overlap)
-};
+// The layout this library was built with (abi.h), which runtime/abi.py checks at load.
+void TfjitAbiLayout(int64_t* out) { TfjitAbiLayoutOf(out); }
 
 typedef int32_t (*TfjitCompileCallback)(
     const char* cluster, const char* cluster_def, int64_t cluster_def_len,
@@ -437,8 +418,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
         TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, shape, &arena));
       }
       char* base = static_cast<char*>(Data(arena));
-      if (reinterpret_cast<uintptr_t>(base) % 64 != 0) {
-        return absl::InternalError("tfjit: temp arena is not 64-byte aligned");
+      if (reinterpret_cast<uintptr_t>(base) % kTfjitAlign != 0) {
+        return absl::InternalError("tfjit: temp arena is not kTfjitAlign-byte aligned");
       }
       for (int t = 0; t < n_tmp; ++t) bufs[n_in + n_out + t] = base + exe.temp_offsets[t];
       tfjit::AdviseHugePages(base, exe.arena_bytes);

@@ -1,0 +1,57 @@
+// The ABI between tfjit's code generator, its Python runtime (runtime/abi.py, which
+// mirrors these structs with ctypes) and the op library (launch_op.cc).  Change a
+// struct or constant here and in abi.py together, and bump kTfjitAbiVersion: at load,
+// abi.py compares TfjitAbiLayout's answer with its own and refuses a library that
+// differs, instead of reading its structs at the wrong offsets.
+#ifndef TFJIT_RUNTIME_ABI_H_
+#define TFJIT_RUNTIME_ABI_H_
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+constexpr int32_t kTfjitAbiVersion = 1;
+constexpr int64_t kTfjitAlign = 64;   // every buffer a kernel gets: its loads assume it
+
+//   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
+//     bufs = [input_0..input_{n_in-1}, output_0..output_{n_out-1},
+//             temp_0..temp_{n_temp-1}, status, device]
+typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
+
+struct TfjitStep { TfjitKernelFn fn; int64_t rows; int64_t cost_per_row; };  // fn over [0, rows)
+
+// code, 0 at the start of each launch; k > 0 reports messages[k-1], whose "{i}"
+// (i < 7) read as detail[i]
+struct alignas(64) TfjitStatus { int32_t code; int32_t unused; int64_t detail[7]; };
+static_assert(sizeof(TfjitStatus) == 64, "TfjitStatus is one cache line");
+
+struct TfjitExecutable {
+  int32_t num_inputs;  const int32_t* input_dtypes;  // TF DataType enum values
+  int32_t num_outputs; const int32_t* output_dtypes; const int32_t* output_ranks;
+  const int64_t* output_dims;      // all output dims concatenated
+  const int32_t* output_source;    // per output: -1 = computed, k >= 0: output IS input k
+  const int32_t* output_forward;   // per output: -1, or input whose buffer it may reuse
+  int32_t num_temps;   const int64_t* temp_bytes;
+  int32_t num_steps;   const TfjitStep* steps;
+  int32_t num_messages; const char* const* messages;  // status k -> messages[k-1]
+  int32_t num_updates; const int32_t* update_input;   // trailing outputs -> variable inputs
+  const int32_t* update_in_place;                      // per update: may overwrite the old value
+  const int64_t* temp_offsets;     // per temp: its kTfjitAlign-aligned offset in one arena
+  int64_t arena_bytes;             // the arena's size (temps with disjoint lifetimes overlap)
+};
+
+// What this library was built with: [version, alignment, sizeof(TfjitStatus),
+// offsetof(TfjitStatus, detail), sizeof(TfjitStep), sizeof(TfjitExecutable),
+// offsetof(TfjitExecutable, arena_bytes)].
+inline void TfjitAbiLayoutOf(int64_t* out) {
+  out[0] = kTfjitAbiVersion;
+  out[1] = kTfjitAlign;
+  out[2] = sizeof(TfjitStatus);
+  out[3] = offsetof(TfjitStatus, detail);
+  out[4] = sizeof(TfjitStep);
+  out[5] = sizeof(TfjitExecutable);
+  out[6] = offsetof(TfjitExecutable, arena_bytes);
+}
+}
+
+#endif  // TFJIT_RUNTIME_ABI_H_
