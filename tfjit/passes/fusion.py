@@ -261,6 +261,13 @@ class _Builder:
             return f"{i!r} has more dims ({i.rank}) than {f.name}'s rows ({f.outer})"
         if self.sym.get(i) != {wanted}:
             return f"{i!r} is read at indices that are not a prefix of {f.name}'s rows"
+        if _column_candidate(f):
+            # A column statistic behind a column reduction (the variance over axis 0:
+            # mean, then mean of squares about it): hoisted, each output would walk its
+            # column with a stride of a row, both passes; apart, both kernels run the
+            # column layout, vectorised across outputs (9-11x faster on [8192, 2048]).
+            return (f"{i!r} gets a kernel of its own: hoisted, it would keep {f.name} from "
+                    "reducing across rows of contiguous memory")
         return None
 
 
@@ -476,6 +483,14 @@ def _contiguous_along_output(f: Fusion) -> bool:
                                 for idxs in reads_.values() for idx in idxs)
 
 
+def _column_candidate(f: Fusion) -> bool:
+    """Can this reduction kernel iterate with the last output dim innermost (before any
+    reduction is hoisted into it)?"""
+    root = f.roots[0]
+    return f.kind == KernelKind.REDUCE and root.op is Op.REDUCE and bool(f.outer) \
+        and root.shape[-1] >= 16 and _contiguous_along_output(f)
+
+
 def _choose_iteration(f: Fusion) -> None:
     if f.kind == "sort":
         root = f.roots[0]
@@ -489,8 +504,7 @@ def _choose_iteration(f: Fusion) -> None:
             f.notes.append(f"{f.name} is purely elementwise: iterated as one flat array")
         return
     root = f.roots[0]
-    if root.op is Op.REDUCE and not f.hoisted and f.outer and root.shape[-1] >= 16 \
-            and _contiguous_along_output(f):
+    if not f.hoisted and _column_candidate(f):
         f.column = True
         f.notes.append(f"{f.name} reduces across rows of contiguous memory: iterated with the "
                        f"last output dim innermost (vectorised over {COLUMN_BLOCK} outputs at a time)")
