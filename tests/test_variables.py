@@ -196,11 +196,12 @@ def test_session_training_updates_variables_in_the_cluster():
 
 def _address(v) -> int:
     """Where the variable's value lives now (ReadVariableOp aliases it; nothing kept).
+    ``_numpy()`` is the aliasing view: ``numpy()`` returns a copy, whose address is
+    whatever malloc hands out (equal only by luck; a full CI run once got another).
     Garbage is collected first: a value read earlier and kept alive only by a reference
-    cycle would make the launch op give the variable a fresh buffer (it failed once in
-    a full run, not since)."""
+    cycle would make the launch op give the variable a fresh buffer."""
     gc.collect()
-    return v.value().numpy().ctypes.data
+    return v.value()._numpy().ctypes.data
 
 
 def test_optimizer_updates_are_written_in_place():
