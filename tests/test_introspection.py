@@ -61,14 +61,14 @@ def test_pass_dumps_follow_the_regex(tmp_path, flags, rng):
     compiled = f.compiled(*_args(rng))
     name = dump.safe_name(compiled.name)
     assert _files(tmp_path) == [f"{name}.{s}" for s in (
-        "0002.fusion.txt", "0003.buffer-assignment.txt", "after_optimizations.dot",
+        "0003.fusion.txt", "0004.buffer-assignment.txt", "after_optimizations.dot",
         "after_optimizations.txt", "before_optimizations.txt", "cluster.pbtxt", "ir-no-opt.ll",
         "ir-with-opt.ll", "s")]
     read = lambda s: (tmp_path / f"module_0000.{name}.{s}").read_text()
-    fusion_text = read("0002.fusion.txt")
+    fusion_text = read("0003.fusion.txt")
     assert fusion_text.startswith(compiled.module_after)          # the IR after the pass ...
     assert dump.kernels_section(compiled) in fusion_text          # ... and the kernels it made
-    plan_text = read("0003.buffer-assignment.txt")
+    plan_text = read("0004.buffer-assignment.txt")
     assert plan_text.startswith(compiled.module_after)
     n_in, n_out = len(compiled.signature), 3
     assert f"// buffer plan: {n_in} input(s), {n_out} output(s), 0 temp(s)" in plan_text
@@ -85,8 +85,9 @@ def test_every_pass_is_dumped_in_order(tmp_path, flags, rng):
     f(x)
     name = dump.safe_name(f.compiled(x).name)
     passes = [n for n in _files(tmp_path) if re.match(r"\d{4}\.", n[len(name) + 1:])]
-    assert passes == [f"{name}.{s}" for s in ("0000.cse.txt", "0001.dce.txt", "0002.fusion.txt",
-                                             "0003.buffer-assignment.txt")]
+    assert passes == [f"{name}.{s}" for s in ("0000.cse.txt", "0001.dce.txt",
+                                             "0002.flatten-reductions.txt", "0003.fusion.txt",
+                                             "0004.buffer-assignment.txt")]
     cse = (tmp_path / f"module_0000.{name}.0000.cse.txt").read_text()
     dce = (tmp_path / f"module_0000.{name}.0001.dce.txt").read_text()
     assert cse.startswith("// after pass cse: changed\n")
@@ -147,9 +148,10 @@ COST_CASES = [
     (lambda x, y: (x, tf.cast(x, tf.int8) + y, tf.reduce_max(tf.cast(x, tf.int8) + y, axis=1)),
      [S((3, 5), tf.int32), S((3, 5), tf.int8)],
      [("loop", 30, 0, 60 + 15, 15), ("reduce", 12, 0, 15, 3)]),
-    # a split reduction writes 256 partials and reads them back: 2 * 256 * 4 bytes more
+    # a split reduction writes one partial per FLAT_BLOCK (4096) elements and reads them
+    # back: 2 * 16 * 4 bytes more
     (lambda x: tf.reduce_sum(tf.exp(x)), [S((256, 256))],
-     [("reduce", 65535, 65536, 65536 * 4 + 1024, 4 + 1024)]),
+     [("reduce", 65535, 65536, 65536 * 4 + 64, 4 + 64)]),
 ]
 
 
@@ -351,7 +353,7 @@ def test_hostile_function_name_end_to_end(tmp_path, flags, rng):
     x = tf.constant(rng.standard_normal(3, dtype=np.float32))
     np.testing.assert_allclose(tfjit.function(body)(x).numpy(), x.numpy() * c - 1.0, rtol=1e-6)
     written = sorted(os.listdir(dumps))
-    assert len(written) == 11 and all(n.startswith("module_0000._.._evil_x_y.") for n in written)
+    assert len(written) == 12 and all(n.startswith("module_0000._.._evil_x_y.") for n in written)
     assert sorted(os.listdir(report / "modules")) == written
     everything = [os.path.join(r, n) for r, _, names in os.walk(tmp_path) for n in names]
-    assert len(everything) == 2 * 11 + 1
+    assert len(everything) == 2 * 12 + 1

@@ -16,8 +16,8 @@ Rows are the product of
 Each row prints the medians (variants timed round-robin, as tools/bench.py does),
 tfjit's read throughput against the machine's measured read bandwidth (bytes: the
 input read once per pass the form needs) and the ratio to XLA.  The machine may be
-shared and noisy: medians, nothing asserted.  Many rows are not at their limit
-yet (column reductions of wide rows, short-row and whole-tensor reductions).
+shared and noisy: medians, nothing asserted.  Not every row is at its limit yet;
+the table in docs/performance.md says which.
 """
 from __future__ import annotations
 

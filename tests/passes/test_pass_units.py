@@ -104,7 +104,7 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
     pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True),
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
-    assert [name for _, name in seen] == ["cse", "dce", "fusion", "buffer-assignment"]
+    assert [name for _, name in seen] == ["cse", "dce", "flatten-reductions", "fusion", "buffer-assignment"]
 
 
 # -- the verifier catches what a broken pass would leave -------------------------------
@@ -147,3 +147,22 @@ def test_every_kernel_kind_has_one_emitter():
     assert set(EMITTERS) == set(KernelKind)
     o = pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True))
     assert all(isinstance(f.kind, KernelKind) for f in o.fusions)
+
+
+def test_flatten_reductions_reads_a_buffer_reduced_over_several_dims_as_one():
+    from tfjit.passes.simplify import FlattenReductions
+    m = parse_module("""module r {
+  %p0 = f32[4,6,8] parameter(0)
+  %reduce.1 = f32[4] reduce(%p0), kind=sum, ndims=2
+  %exp.2 = f32[4,6,8] exp(%p0)
+  %reduce.3 = f32[] reduce(%exp.2), kind=max, ndims=3
+  ROOT (%reduce.1, %reduce.3)
+}
+""")
+    assert FlattenReductions().run(m) is True
+    verify.module(m, "flatten-reductions")
+    direct, of_expr = m.outputs
+    assert direct.attrs["ndims"] == 1 and direct.operands[0].op is Op.RESHAPE
+    assert direct.operands[0].shape == (4, 48) and direct.operands[0].operands[0] is m.params[0]
+    assert of_expr.attrs["ndims"] == 3 and of_expr.operands[0].op is Op.EXP   # an expression: kept
+    assert FlattenReductions().run(m) is False

@@ -14,8 +14,8 @@ cluster writes, in compile order (NNNN is a process-wide counter)::
 
 and, with ``--tfjit_dump_ir_as_dot``, ``module_NNNN.<name>.after_optimizations.dot``;
 with ``--tfjit_dump_pass_re=REGEX``, ``module_NNNN.<name>.<seq>.<pass>.txt`` for every
-pass whose name the regex matches anywhere (``re.search``; passes: cse, dce, fusion,
-buffer-assignment, see pipeline.compile_module), the IR after that pass plus the
+pass whose name the regex matches anywhere (``re.search``; passes: cse, dce,
+flatten-reductions, fusion, buffer-assignment, see pipeline.PIPELINE), the IR after that pass plus the
 kernels or the buffer plan it produced.  ``--tfjit_bug_report=DIR`` dumps the same
 into ``DIR/modules`` and keeps ``DIR/README.md`` current (api/bug_report.py).
 

@@ -79,6 +79,13 @@ def no_unroll(module: ir.Module) -> ir.values.MDValue:
     return _LoopID(module, [hint], name=str(len(module.metadata)))
 
 
+def no_vectorize(module: ir.Module) -> ir.values.MDValue:
+    """Loop metadata that keeps LLVM from vectorising a loop (across its iterations)."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                ir.Constant(ir.IntType(1), 0)])
+    return _LoopID(module, [hint], name=str(len(module.metadata)))
+
+
 @contextlib.contextmanager
 def for_range(b: ir.IRBuilder, start, stop, name: str = "i", loop_md=None):
     """``for (i = start; i < stop; ++i)``; yields the induction variable.  ``loop_md``:

@@ -14,7 +14,7 @@ import math as _math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.codegen.llvm_types import const, for_range, i64, intrinsic, no_unroll, value_type
+from tfjit.codegen.llvm_types import const, for_range, i64, intrinsic, no_unroll, no_vectorize, value_type
 from tfjit.ir.module import Instr
 from tfjit.passes.fusion import COLUMN_BLOCK, FLAT_BLOCK
 
@@ -113,8 +113,13 @@ class ReductionRows:
         out_idx = self._unravel(b.sdiv(row, i64(f.split)), root.shape)
         chunk = b.srem(row, i64(f.split))
         reduced = f.shape[f.outer:]
-        if len(reduced) > 1:
-            acc = self._reduce_loops(root, out_idx, [(chunk, None)] + [(0, n) for n in reduced[1:]])
+        if len(reduced) > 1:        # a range of the first reduced dim (fusion._choose_iteration)
+            per = -(-reduced[0] // f.split)
+            lo = b.mul(chunk, i64(per))
+            hi = b.add(lo, i64(per))
+            hi = b.select(b.icmp_signed("<", hi, i64(reduced[0])), hi, i64(reduced[0]))
+            ranges = [(chunk, None)] if per == 1 else [(lo, hi)]
+            acc = self._reduce_loops(root, out_idx, ranges + [(0, n) for n in reduced[1:]])
         else:
             start = b.mul(chunk, i64(FLAT_BLOCK))
             stop = b.add(start, i64(FLAT_BLOCK))
@@ -158,7 +163,10 @@ class ReductionRows:
             if stop is None:
                 nest(k + 1, idx + (start,))
                 return
-            with for_range(b, start, stop, f"r{k}") as i:
+            # only the innermost (contiguous) dim is vectorised: across an outer one,
+            # LLVM's vectors would gather strided elements (see the row loop's reason)
+            hint = no_vectorize(self.module) if k < len(ranges) - 1 else None
+            with for_range(b, start, stop, f"r{k}", hint) as i:
                 nest(k + 1, idx + (i,))
 
         nest(0, ())

@@ -261,6 +261,12 @@ class _Builder:
             return f"{i!r} has more dims ({i.rank}) than {f.name}'s rows ({f.outer})"
         if self.sym.get(i) != {wanted}:
             return f"{i!r} is read at indices that are not a prefix of {f.name}'s rows"
+        rows, elements = math.prod(f.shape[:f.outer]), i.operands[0].size
+        if rows <= SPLIT_MAX_OUTPUTS and elements >= SPLIT_MIN_ELEMENTS:
+            # reduce_mean of a whole tensor: hoisted into the scalar division's kernel,
+            # its 4M elements ran on one core; alone it splits into chunks (3x faster)
+            return (f"{i!r} gets a kernel of its own: hoisted into {f.name}'s {rows} row(s), "
+                    f"its {elements} elements would be read by one thread")
         if _column_candidate(f):
             # A column statistic behind a column reduction (the variance over axis 0:
             # mean, then mean of squares about it): hoisted, each output would walk its
@@ -514,7 +520,10 @@ def _choose_iteration(f: Fusion) -> None:
         reduced = f.shape[f.outer:]
         total = math.prod(reduced)
         if total >= SPLIT_MIN_ELEMENTS:
-            f.split = reduced[0] if len(reduced) > 1 else math.ceil(total / FLAT_BLOCK)
+            # chunks of at least FLAT_BLOCK elements; with several reduced dims, each
+            # chunk is a range of the first (65536 x 64 made 65536 chunks of 64)
+            chunks = math.ceil(total / FLAT_BLOCK)
+            f.split = min(reduced[0], chunks) if len(reduced) > 1 else chunks
             f.notes.append(f"{f.name} reduces {total} elements to {root.size}: split into "
                            f"{f.split} chunks per output, combined in a second phase")
 
