@@ -91,3 +91,14 @@ def test_fall_back_runs_the_traced_function_when_a_signature_fails(caplog):
                            (tf.range(int(sum(x)), dtype=tf.float32) + 1.0).numpy())
     failed = [r for r in caplog.records if "compilation failed" in r.getMessage()]
     assert len(failed) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_a_function_passed_as_a_default_argument_is_still_compiled(rng):
+    # TensorFlow follows ``__wrapped__`` for such objects: with it, the Python function
+    # ran uncompiled and nothing said so
+    jit = tfjit.function(lambda x: tf.exp(x) * 2.0)
+    assert not hasattr(jit, "__wrapped__") and jit.__name__ == "<lambda>"
+    outer = tf.function(lambda x, f=jit: f(x) + 1.0)
+    x = tf.constant(rng.standard_normal((4, 5)), tf.float32)
+    assert_matches(outer(x).numpy(), (tf.exp(x) * 2.0 + 1.0).numpy(), rtol=1e-6)
+    assert jit.experimental_get_compile_count() == 1

@@ -40,8 +40,10 @@ def _once(key: str, level: int, message: str, *args) -> None:
         log.log(level, message, *args)
 
 
-def activate() -> None:
-    """Turns the graph pass on for this process (idempotent)."""
+def activate(must: bool = False) -> None:
+    """Turns the graph pass on for this process (idempotent).  ``must``: a failed op
+    library build raises (tfjit.function in a replica needs the pass) instead of
+    leaving every graph to TensorFlow."""
     global _active
     from tfjit.api.service import SERVICE
     from tfjit.graph.auto import Options
@@ -54,6 +56,8 @@ def activate() -> None:
         try:
             SERVICE.install()
         except BuildError as e:   # auto mode never breaks a working program
+            if must:
+                raise
             _once("build", logging.WARNING, "tfjit: auto-clustering is off in this process, "
                   "TensorFlow runs every graph itself: %s", e)
             return
@@ -92,9 +96,15 @@ def wanted(jit_level: int) -> bool:
 
 def on_graph(data: bytes, is_function: bool, jit_level: int,
              function_name: str = "") -> bytes | None:
-    """The pass callback: the rewritten GraphDef's bytes, or None to leave it."""
+    """The pass callback: the rewritten GraphDef's bytes, or None to leave it.
+
+    A graph holding nodes of a tfjit.function called in a replica (api/replica.py:
+    ``_tfjit_scope``) has those clustered, and only those, whatever the flags say."""
     stats["graphs_seen"] += 1
-    if not wanted(jit_level) or is_eager_op(function_name):
+    if is_eager_op(function_name):
+        return None
+    scoped = _SCOPE_ATTR.encode() in data     # cheap: attr names are plain bytes in the proto
+    if not scoped and not wanted(jit_level):
         return None
     from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
@@ -102,12 +112,17 @@ def on_graph(data: bytes, is_function: bool, jit_level: int,
     from tfjit.graph import auto, debug
     gd = graph_pb2.GraphDef()
     gd.ParseFromString(data)
-    if not auto.is_clusterable_graph(gd):
+    scoped = scoped and any(_SCOPE_ATTR in nd.attr for nd in gd.node)
+    if not scoped and (not wanted(jit_level) or not auto.is_clusterable_graph(gd)):
         return None
     info = _tensor_info(gd)
     for nd in gd.node:
         del nd.attr[_TYPES_ATTR]
     options = auto.Options.from_flags(config.flags())
+    if scoped:
+        from tfjit.api import replica
+        replica.restore_scopes(gd)
+        options = auto.Options.scoped(options)
     result = auto.cluster_graph(gd, info, options)
     debug.maybe_dump_clustering(gd, result)
     if result.graph_def is None:
@@ -127,6 +142,7 @@ def on_graph(data: bytes, is_function: bool, jit_level: int,
 
 
 _TYPES_ATTR = "_tfjit_output_types"   # set by cluster_pass.cc
+_SCOPE_ATTR = "_tfjit_scope"          # api/replica.py SCOPE_ATTR (not imported: it imports TF)
 # TensorFlow runs each eager op as a one-op function of this name prefix
 # (WrapInCallOp in core/common_runtime/eager/execute.cc).
 _EAGER_OP_PREFIX = "__wrapped__"

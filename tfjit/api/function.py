@@ -33,7 +33,7 @@ from tensorflow.python.eager import record
 from tensorflow.python.ops import resource_variable_ops
 
 from tfjit import dtypes as dt
-from tfjit.api import binding, errors
+from tfjit.api import binding, errors, replica
 from tfjit.api import gradient  # noqa: F401  (registers the gradient of TfjitLaunch)
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
@@ -111,6 +111,9 @@ class Function:
         self._lock = threading.Lock()
         self.name = name or getattr(fn, "__name__", "fn")
         functools.update_wrapper(self, fn)
+        # no __wrapped__: TensorFlow follows it (tf.function with this object as a default
+        # argument, strategy.run through AutoGraph) and would call ``fn`` uncompiled
+        del self.__wrapped__
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -118,9 +121,24 @@ class Function:
         return functools.partial(self.__call__, instance)
 
     # -- calling ---------------------------------------------------------------------
+    # strategy.run converts the function it runs with AutoGraph: tfjit's own code is not
+    # for converting (the user's function is, by tf.function or replica.call)
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, *args, **kwargs):
         if self.jit_compile is False:
             return self._tf(*args, **kwargs)
+        if self.jit_compile is True and replica.in_replica():    # called by strategy.run
+            if not tf.executing_eagerly():
+                return replica.call(self, args, kwargs)
+            try:
+                return self._call(args, kwargs)
+            except RuntimeError as e:
+                if "merge_call" not in str(e):
+                    raise
+                raise replica.eager_sync_error(self.name, e) from None
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         call = self._binder.bind(args, kwargs)
         key = call.key()
         entry = self._entries.get(key)

@@ -33,6 +33,7 @@ from tfjit.graph.rewrite import rewrite
 from tfjit.lower.registry import multi_pass_ops
 
 OPT_OUT_ATTRS = ("_XlaCompile", "_tfjit_compile")
+SCOPE_ATTR = "_tfjit_scope"     # set by api/replica.py: a tfjit.function's node in a replica
 _ENTER = frozenset({"Enter", "RefEnter"})
 _EXIT = frozenset({"Exit", "RefExit"})
 _SWITCH = frozenset({"Switch", "RefSwitch"})
@@ -49,6 +50,7 @@ class Options:
     exclude_ops: frozenset = frozenset()
     deterministic_names: bool = False
     fallback: bool = True              # give launch nodes their original subgraph
+    scope_only: bool = False           # cluster only nodes with SCOPE_ATTR (api/replica.py)
     # op -> effective ops a node of it counts as (see op_weights())
     weights: dict = dataclasses.field(default_factory=lambda: op_weights())
 
@@ -58,6 +60,13 @@ class Options:
                    op_list(flags.tfjit_ops_to_cluster, "--tfjit_ops_to_cluster"),
                    op_list(flags.tfjit_cluster_exclude_ops, "--tfjit_cluster_exclude_ops"),
                    flags.tfjit_deterministic_cluster_names)
+
+    @staticmethod
+    def scoped(options: "Options") -> "Options":
+        """For a graph with nodes of tfjit.function calls in replicas: those nodes are
+        must-compile code, so no size limits, no op filters and no fallback."""
+        return dataclasses.replace(options, min_size=1, max_size=0, ops_to_cluster=frozenset(),
+                                   exclude_ops=frozenset(), fallback=False, scope_only=True)
 
 
 # Ops that TensorFlow itself replaces, after tfjit's pass, by a oneDNN kernel making a
@@ -105,7 +114,9 @@ def candidates(graph: Graph, options: Options) -> dict:
         if why:
             continue
         node = graph.nodes[name]
-        if options.ops_to_cluster and node.op not in options.ops_to_cluster:
+        if options.scope_only and SCOPE_ATTR not in node.attrs:
+            marks[name] = "not in a tfjit.function (this graph compiles only those)"
+        elif options.ops_to_cluster and node.op not in options.ops_to_cluster:
             marks[name] = f"{node.op} is not in --tfjit_ops_to_cluster"
         elif node.op in options.exclude_ops:
             marks[name] = f"{node.op} is excluded by --tfjit_cluster_exclude_ops"
@@ -127,12 +138,13 @@ def _device_kind(device: str) -> str:
 
 
 def contexts(graph: Graph) -> dict:
-    """{node: (device, frame, predicates)}: nodes that may share a cluster.
+    """{node: (device, frame, predicates, scope)}: nodes that may share a cluster.
 
     The frame follows v1 loops (Enter opens ``frame_name``, Exit closes it);
     the predicates are the Switch outputs a node's value depends on (a Merge
     keeps only those common to all its inputs), so a cluster never mixes the
-    two sides of a conditional or code inside and outside a loop.
+    two sides of a conditional or code inside and outside a loop; the scope
+    (api/replica.py) keeps two calls of a tfjit.function in replicas apart.
     """
     frame_out, preds_out, out = {}, {}, {}
     for node in graph.topological():
@@ -146,7 +158,7 @@ def contexts(graph: Graph) -> dict:
             preds = frozenset.intersection(*map(frozenset, sets)) if sets else frozenset()
         else:
             preds = frozenset().union(*sets) if sets else frozenset()
-        out[node.name] = (node.device, frame, preds)
+        out[node.name] = (node.device, frame, preds, node.attrs.get(SCOPE_ATTR))
         preds_out[node.name] = preds
         if node.op in _ENTER:
             frame_out[node.name] = f"{frame}/{node.attrs.get('frame_name', b'')!r}"

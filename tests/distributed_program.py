@@ -1,0 +1,110 @@
+"""Run by tests/test_distribute.py in a fresh process (logical devices must be set
+before TensorFlow starts): ``python distributed_program.py CASE DEVICES`` prints one
+line ``RESULT <json>``."""
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+case, n = sys.argv[1], int(sys.argv[2])
+cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+
+import keras  # noqa: E402
+
+import tfjit  # noqa: E402
+from tfjit.api import autojit  # noqa: E402
+from tfjit.runtime import launch  # noqa: E402
+
+strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+
+
+def local(values):
+    return [np.asarray(v).tolist() for v in strategy.experimental_local_results(values)]
+
+
+def report(**extra):
+    clusters = [(s.name, sorted(s.nodes)) for r in autojit.recent for s in r.specs]
+    print("RESULT " + json.dumps(dict(extra, clusters=clusters, launch=launch.stats())))
+
+
+def seed():
+    """The issue's example, as written, with tfjit.function in place of tf.function."""
+    def step_fn():
+        t = tf.ones(shape=[100], dtype=tf.float32)
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, t)
+
+    def shifted_fn(x):          # compiled code on both sides of the collective
+        ctx = tf.distribute.get_replica_context()
+        t = tf.exp(x * 0.5) + tf.cast(ctx.replica_id_in_sync_group, tf.float32)
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, t) * 2.0 - tf.reduce_max(t)
+
+    out = {}
+    for name, fn, args in [("seed", step_fn, ()), ("shifted", shifted_fn, (tf.range(8.0),))]:
+        jit = tfjit.function(fn, jit_compile=True)
+        run_jit = tf.function(lambda *a, f=jit: strategy.run(f, args=a))
+        run_ref = tf.function(lambda *a, f=fn: strategy.run(f, args=a))
+        out[name] = (local(run_jit(*args)), local(run_ref(*args)))
+    report(results=out, stats=autojit.stats)
+
+
+def train():
+    """A custom loop: strategy.run(train_step) where train_step is a tfjit.function."""
+    rng = np.random.default_rng(0)
+    x_all = rng.standard_normal((64 * 5, 16)).astype(np.float32)
+    y_all = rng.standard_normal((64 * 5, 4)).astype(np.float32)
+
+    def run(jit: bool):
+        with strategy.scope():
+            keras.utils.set_random_seed(1)
+            model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                      keras.layers.Dense(4)])
+            opt = keras.optimizers.Adam(0.01)
+            opt.build(model.trainable_variables)
+
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum((model(x) - y) ** 2) / 64.0
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        step = tfjit.function(train_step) if jit else train_step
+
+        @tf.function
+        def dist_step(x, y):
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step, args=(x, y)), None)
+        data = tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(64).repeat(10)
+        losses = [float(dist_step(x, y)) for x, y in strategy.experimental_distribute_dataset(data)]
+        return losses, [w.tolist() for w in model.get_weights()]
+    ref_losses, ref_weights = run(False)
+    before = launch.stats()
+    losses, weights = run(True)
+    report(steps=len(losses), losses=losses, ref_losses=ref_losses, weights=weights,
+           ref_weights=ref_weights, before=before)
+
+
+def errors():
+    """An op tfjit cannot compile in a replica: a must-compile error naming it; and
+    strategy.run called eagerly on a function that synchronises: a clear error."""
+    def unique_fn(x):
+        u, _ = tf.unique(x)
+        return tf.distribute.get_replica_context().all_reduce("SUM", tf.reduce_sum(u))
+
+    def sync_fn():
+        return tf.distribute.get_replica_context().all_reduce("SUM", tf.ones([4]))
+    out = {}
+    for name, call in [
+            ("refused", lambda: tf.function(lambda x: strategy.run(tfjit.function(unique_fn),
+                                                                    args=(x,)))(tf.constant([1, 2, 2]))),
+            ("eager", lambda: strategy.run(tfjit.function(sync_fn)))]:
+        try:
+            call()
+            out[name] = None
+        except tf.errors.InvalidArgumentError as e:
+            out[name] = e.message
+    report(errors=out)
+
+
+{"seed": seed, "train": train, "errors": errors}[case]()
