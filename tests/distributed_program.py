@@ -8,8 +8,9 @@ import numpy as np
 import tensorflow as tf
 
 case, n = sys.argv[1], int(sys.argv[2])
-cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+if n > 1:
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
 
 import keras  # noqa: E402
 
@@ -17,7 +18,10 @@ import tfjit  # noqa: E402
 from tfjit.api import autojit  # noqa: E402
 from tfjit.runtime import launch  # noqa: E402
 
-strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+if n > 0:
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
+else:          # one worker of a MultiWorkerMirroredStrategy (TF_CONFIG says which)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
 
 def local(values):
@@ -47,7 +51,10 @@ def seed():
         run_jit = tf.function(lambda *a, f=jit: strategy.run(f, args=a))
         run_ref = tf.function(lambda *a, f=fn: strategy.run(f, args=a))
         out[name] = (local(run_jit(*args)), local(run_ref(*args)))
-    report(results=out, stats=autojit.stats)
+    explained = tfjit.explain(run_jit, verbose=False)(tf.range(8.0))
+    report(results=out, stats=autojit.stats, explain=dict(
+        clusters=[c.nodes for c in explained.clusters], boundaries=explained.boundaries,
+        text=str(explained)))
 
 
 def train():
@@ -85,6 +92,25 @@ def train():
            ref_weights=ref_weights, before=before)
 
 
+def fit():
+    """Keras model.fit under the strategy, jit_compile True and "auto" against False."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((256, 12)).astype(np.float32)
+    y = (x[:, :3] * 1.5 - 0.25).astype(np.float32)
+    out = {}
+    for jit in (False, True, "auto"):
+        with strategy.scope():
+            keras.utils.set_random_seed(3)
+            model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(24, activation="tanh"),
+                                      keras.layers.Dense(3)])
+            model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", jit_compile=jit)
+        hist = model.fit(x, y, epochs=3, batch_size=32, verbose=0)
+        steps = tfjit.keras.step_functions(model)
+        out[str(jit)] = dict(losses=hist.history["loss"], tfjit_steps=sorted(steps),
+                             weights=[w.tolist() for w in model.get_weights()])
+    report(fit=out)
+
+
 def errors():
     """An op tfjit cannot compile in a replica: a must-compile error naming it; and
     strategy.run called eagerly on a function that synchronises: a clear error."""
@@ -94,11 +120,17 @@ def errors():
 
     def sync_fn():
         return tf.distribute.get_replica_context().all_reduce("SUM", tf.ones([4]))
+
+    def cond_fn(x):
+        ctx = tf.distribute.get_replica_context()
+        return tf.cond(tf.reduce_sum(x) > 0, lambda: ctx.all_reduce("SUM", x), lambda: x)
     out = {}
     for name, call in [
             ("refused", lambda: tf.function(lambda x: strategy.run(tfjit.function(unique_fn),
                                                                     args=(x,)))(tf.constant([1, 2, 2]))),
-            ("eager", lambda: strategy.run(tfjit.function(sync_fn)))]:
+            ("eager", lambda: strategy.run(tfjit.function(sync_fn))),
+            ("in_cond", lambda: tf.function(lambda x: strategy.run(tfjit.function(cond_fn),
+                                                                   args=(x,)))(tf.ones([3])))]:
         try:
             call()
             out[name] = None
@@ -107,4 +139,31 @@ def errors():
     report(errors=out)
 
 
-{"seed": seed, "train": train, "errors": errors}[case]()
+def long_run():
+    """Trains until stopped, saying each step: the test kills a peer worker mid-run."""
+    with strategy.scope():
+        w = tf.Variable(tf.ones([64, 64]) * 0.01)
+
+    def train_step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.tanh(x @ w))
+        grad = tape.gradient(loss, w)
+        grad = tf.distribute.get_replica_context().all_reduce("SUM", grad)
+        w.assign_sub(grad * 1e-4)
+        return loss
+    step = tfjit.function(train_step)
+    dist_step = tf.function(lambda x: strategy.run(step, args=(x,)))
+    x = tf.ones([32, 64])
+    for k in range(100000):
+        dist_step(x)
+        print(f"STEP {k}", flush=True)
+
+
+def worker():
+    """Both checks in one worker process: the code around a collective, and training."""
+    seed()
+    train()
+
+
+{"seed": seed, "train": train, "fit": fit, "errors": errors, "worker": worker,
+ "long": long_run}[case]()

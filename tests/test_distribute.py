@@ -5,8 +5,11 @@ without jit."""
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -45,6 +48,11 @@ def test_the_seed_example_and_code_around_a_collective(devices):
     assert {d for s in replicas for d in s} == {f"replica_{i}" for i in range(devices)}
     assert len(r["clusters"]) == 2 * devices
     assert r["launch"]["misses"] == 2 * devices and r["launch"]["hits"] == 0
+    # tfjit.explain shows the same clusters and the collectives as boundaries
+    explained = r["explain"]
+    assert len(explained["clusters"]) == 2 * devices
+    assert [op for _, op in explained["boundaries"]].count("CollectiveReduceV2") == devices
+    assert "collectives: CollectiveReduceV2" in explained["text"]
 
 
 def test_a_training_loop_under_mirrored_strategy():
@@ -69,3 +77,89 @@ def test_must_compile_errors_in_a_replica():
     assert refused and "Unique" in refused and "{{node Unique}}" in refused
     assert "distributed_program.py" in refused                  # the user's line
     assert eager and "strategy.run inside a tf.function" in eager
+    in_cond = r["errors"]["in_cond"]
+    assert in_cond and "cond_fn" in in_cond and "inside control flow" in in_cond
+
+
+def test_keras_fit_under_mirrored_strategy_compiles_each_replicas_step():
+    r = run("fit", 2)["fit"]
+    ref = r["False"]
+    assert ref["tfjit_steps"] == []
+    for jit in ("True", "auto"):
+        assert r[jit]["tfjit_steps"] == ["train"], jit          # through tfjit, not TF's XLA
+        np.testing.assert_allclose(r[jit]["losses"], ref["losses"], rtol=1e-5, err_msg=jit)
+        for w, want in zip(r[jit]["weights"], ref["weights"]):
+            np.testing.assert_allclose(w, want, rtol=1e-5, atol=1e-6, err_msg=jit)
+
+
+# -- MultiWorkerMirroredStrategy: two worker processes on loopback -----------------------
+
+def _free_ports(n: int) -> list:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _start_workers(case: str) -> list:
+    ports = _free_ports(2)
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+                   TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                                         "task": {"type": "worker", "index": index}}))
+        env.pop("TFJIT_FLAGS", None)
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "distributed_program.py"),
+                                       case, "0"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def _stop(procs) -> None:
+    """Ends every worker this test started, by pid."""
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+
+
+def test_multi_worker_mirrored_strategy_on_loopback():
+    procs = _start_workers("worker")
+    try:
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        _stop(procs)
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-4000:]
+        seed, train = [json.loads(ln[len("RESULT "):]) for ln in out.splitlines()
+                       if ln.startswith("RESULT ")]
+        for name, (got, want) in seed["results"].items():
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+        assert len(seed["clusters"]) == 2           # one replica per worker: before and after
+        assert train["steps"] == 50
+        np.testing.assert_allclose(train["losses"], train["ref_losses"], rtol=1e-5)
+        for w, ref in zip(train["weights"], train["ref_weights"]):
+            np.testing.assert_allclose(w, ref, rtol=1e-5, atol=1e-6)
+        launched = sum(train["launch"][k] - train["before"][k] for k in ("hits", "misses"))
+        assert launched >= 50 * 2                   # two clusters per step, every step
+
+
+def test_a_killed_worker_fails_its_peer_within_a_bounded_time():
+    procs = _start_workers("long")
+    try:
+        deadline = time.monotonic() + 240
+        for line in procs[1].stdout:          # both workers are training
+            if line.startswith("STEP 10") or time.monotonic() > deadline:
+                break
+        assert procs[1].poll() is None, "worker 1 stopped before it was killed"
+        os.kill(procs[1].pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out = procs[0].communicate(timeout=60)[0]        # never hangs: 60 s at most
+        assert time.monotonic() - killed < 60
+        assert procs[0].returncode not in (0, None)
+        assert "UnavailableError" in out or "aborted" in out, out[-3000:]
+    finally:
+        _stop(procs)

@@ -30,6 +30,9 @@ class ExplainOutput:
     clusters: list             # [ClusterInfo]
     left_out: list             # [(node, op, reason)]
     num_ops: int               # nodes that compute something (placeholders etc. excluded)
+    # under tf.distribute (api/replica.py): [(node, op)] TensorFlow runs between the
+    # compiled segments of the replicas: collectives, merge_call's ops, code around them
+    boundaries: list = dataclasses.field(default_factory=list)
 
     @property
     def clustered_ops(self) -> int:
@@ -45,6 +48,11 @@ class ExplainOutput:
                 kinds = ", ".join(f"{op} x{n}" if n > 1 else op
                                   for op, n in sorted(c.op_counts.items()))
                 lines.append(f"{c.name:<24} {c.size:>5}  {kinds}")
+            lines.append("")
+        if self.boundaries:
+            collectives = sorted({op for _, op in self.boundaries if op in _collectives()})
+            lines.append(f"{len(self.boundaries)} op(s) between the replicas' compiled segments"
+                         + (f" (collectives: {', '.join(collectives)})" if collectives else ""))
             lines.append("")
         if self.left_out:
             width = max(len(n) for n, _, _ in self.left_out)
@@ -83,6 +91,9 @@ def analyse(fn, args, kwargs) -> ExplainOutput:
     cf = _concrete(fn, args, kwargs)
     gd = cf.graph.as_graph_def()
     options = auto.Options.from_flags(config.flags())
+    scoped = any(auto.SCOPE_ATTR in nd.attr for nd in gd.node)
+    if scoped:       # strategy.run of tfjit.functions: what the graph pass will compile
+        options = auto.Options.scoped(options)
     outputs = [(t.op.name, t.value_index) for t in cf.outputs]
     result = auto.cluster_graph(gd, tensor_info(cf.graph), options, outputs=outputs,
                                 rewrite_graph=False)
@@ -103,4 +114,10 @@ def analyse(fn, args, kwargs) -> ExplainOutput:
             f"compilable, but its connected group is smaller than --tfjit_min_cluster_size="
             f"{options.min_size} effective ops (or was split to avoid a cycle)")
         left_out.append((node.name, node.op, why))
-    return ExplainOutput(clusters, left_out, num_ops)
+    boundaries = [(n, op) for n, op, why in left_out if why == auto.CROSS_REPLICA]
+    return ExplainOutput(clusters, left_out, num_ops, boundaries)
+
+
+def _collectives() -> frozenset:
+    from tfjit.api.replica import COLLECTIVE_OPS
+    return COLLECTIVE_OPS

@@ -16,14 +16,14 @@ concrete batch shape when it first runs.
 ``jit_compile="auto"``.  Keras resolves it in ``Trainer._resolve_auto_jit_compile``
 and says no on machines without a GPU.  With the hook, "auto" on a CPU machine is
 True when Keras itself finds the model jit-able (every layer ``supports_jit``, no
-distribution strategy, no op determinism), and the model is marked: its steps are
+op determinism), and the model is marked: its steps are
 ``Function(fall_back=...)``, so a model tfjit cannot compile runs in TensorFlow,
 said in one log line per model (logger ``tfjit``, INFO).  On a machine with a GPU,
 "auto" keeps Keras's choice (TF's XLA); tfjit compiles for the CPU.
 
-Under a ``tf.distribute`` strategy other than the default one, steps are left to
-TensorFlow's XLA as Keras asked (a warning says so once): tfjit does not compile
-collectives.
+Under a ``tf.distribute`` strategy, Keras calls the step through
+``strategy.run`` inside its outer tf.function: the step compiles per replica,
+with the collectives (gradient aggregation) left to TensorFlow (api/replica.py).
 
 ``disable()`` puts back every attribute it replaced, so Keras behaves exactly as
 without tfjit: models whose "auto" tfjit resolved get Keras's own resolution
@@ -85,10 +85,6 @@ class _TensorFlow:
         if current is None or not kwargs.get("jit_compile"):
             return self._module.function(func, **kwargs)
         model, kind = current
-        if getattr(model, "_distribute_strategy", None) is not None:
-            _warn_once("strategy", "tfjit: Keras steps under a tf.distribute strategy are left "
-                       "to TensorFlow's XLA (tfjit does not compile collectives)")
-            return self._module.function(func, **kwargs)
         unknown = sorted(set(kwargs) - _FUNCTION_OPTIONS)
         if unknown:     # a Keras newer than this hook: do what it asks, with TF
             _warn_once("options", f"tfjit: Keras asks tf.function for {unknown}; its steps are "
@@ -96,15 +92,53 @@ class _TensorFlow:
             return self._module.function(func, **kwargs)
         from tfjit.api.function import Function
         auto = _auto.get(model, False)
-        step = Function(func, jit_compile=True, name=f"{model.name}.{kind}_step",
-                        autograph=kwargs.get("autograph", True),
-                        fall_back=functools.partial(_fell_back, weakref.ref(model)) if auto else False,
-                        reduce_retracing=bool(kwargs.get("reduce_retracing", False)))
-        _steps.setdefault(model, {})[kind] = weakref.ref(step)   # the model holds the step
-        return step
+
+        def make(fn, autograph=kwargs.get("autograph", True)):
+            step = Function(fn, jit_compile=True, name=f"{model.name}.{kind}_step", autograph=autograph,
+                            fall_back=functools.partial(_fell_back, weakref.ref(model)) if auto else False,
+                            reduce_retracing=bool(kwargs.get("reduce_retracing", False)))
+            _steps.setdefault(model, {})[kind] = weakref.ref(step)   # the model holds the step
+            return step
+        strategy = getattr(model, "_distribute_strategy", None)
+        if strategy is not None:
+            # Keras's step calls strategy.run(train_step) itself: that cross-replica function
+            # stays a tf.function, and the replica function it runs is the tfjit.Function
+            # (Keras does not AutoGraph-convert train_step, nor does this)
+            return self._module.function(_replicas_compiled(func, strategy,
+                                                            functools.partial(make, autograph=False)),
+                                         **{k: v for k, v in kwargs.items() if k != "jit_compile"})
+        return make(func)
 
 
 _FUNCTION_OPTIONS = frozenset({"jit_compile", "reduce_retracing", "autograph"})
+
+
+def _replicas_compiled(func, strategy, make):
+    """``func`` with each ``strategy.run(fn, ...)`` it makes while traced running
+    ``make(fn)`` instead (one per fn, kept with the step).  The strategy's ``run`` is
+    replaced on the instance for the length of the call, which is a trace: Keras calls
+    the step only inside its outer tf.function."""
+    made = {}
+
+    @functools.wraps(func)
+    def step(*args, **kwargs):
+        run = strategy.run
+
+        def run_compiled(fn, args=(), kwargs=None, options=None):
+            if fn not in made:
+                made[fn] = make(fn)
+            return run(made[fn], args=args, kwargs=kwargs, options=options)
+        saved = strategy.__dict__.get("run")
+        strategy.run = run_compiled
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if saved is None:
+                del strategy.run
+            else:
+                strategy.run = saved
+    step.made = made
+    return step
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -135,12 +169,13 @@ def _maker(original, kind: str):
 
 def _tfjit_wants_auto(model) -> bool:
     """Would tfjit compile this model for ``jit_compile="auto"``?  Keras's own reasons
-    for no stand (a layer without ``supports_jit``, a strategy, op determinism); the
-    lack of a GPU, Keras's reason to say no on CPU, is tfjit's reason to say yes."""
+    for no stand (a layer without ``supports_jit``, op determinism); the lack of a GPU,
+    Keras's reason to say no on CPU, is tfjit's reason to say yes.  A strategy is no
+    reason: tfjit compiles the step of each replica (api/replica.py)."""
     import tensorflow as tf
     from keras.src import backend
     from keras.src.trainers.trainer import model_supports_jit
-    if backend.backend() != "tensorflow" or getattr(model, "_distribute_strategy", None):
+    if backend.backend() != "tensorflow":
         return False
     if tf.config.list_physical_devices("GPU"):
         return False

@@ -15,7 +15,8 @@ tfjit keeps TensorFlow's engine for the devices and compiles each replica:
    TensorFlow's device stack is per thread, so other replicas' ops and those
    ``merge_call`` creates on the main thread are not seen);
 3. must-compile still holds: a recorded op tfjit cannot compile is an
-   InvalidArgumentError naming it, now, unless it is a collective
+   InvalidArgumentError naming it, now (a ``fall_back`` function, Keras's
+   "auto", leaves the replica's ops to TensorFlow instead), unless it is a collective
    (``COLLECTIVE_OPS``): collectives stay TensorFlow ops, the one exception to
    must-compile;
 4. the other recorded ops get ``_tfjit_scope``; the graph pass
@@ -23,6 +24,12 @@ tfjit keeps TensorFlow's engine for the devices and compiles each replica:
    auto-jit flags say: one context per scope and device, no minimum size, no
    fallback (a cluster that fails to compile fails the step).  The clusters
    end where a collective or the merge_call's cross-replica ops begin.
+
+A collective inside control flow cannot be a boundary (the branch or body is one
+function): TensorFlow refuses its merge_call, and tfjit says so as an
+InvalidArgumentError naming the function.  Variables: the graph pass runs after
+TensorFlow's placer, and clusters never span two devices (graph/auto.py
+contexts), so each replica's cluster runs where its variables live.
 
 Called eagerly by ``strategy.run`` (no enclosing tf.function), a function that
 synchronises raises a clear error: wrap ``strategy.run`` in ``tf.function``, as
@@ -92,23 +99,35 @@ def call(function, args, kwargs):
     # (every op, also under colocate_with, which empties the device stack) and the device
     # stack (also under control_dependencies(None), which empties the other)
     seen = graph.control_dependencies([])
-    with graph.device(record), seen:
-        result = fn(*args, **kwargs)
+    try:
+        with graph.device(record), seen:
+            result = fn(*args, **kwargs)
+    except RuntimeError as e:     # a merge_call inside tf.cond / tf.while_loop
+        if "merge_call" not in str(e):
+            raise
+        raise tf.errors.InvalidArgumentError(None, None, (
+            f"tfjit.function {function.name}: a cross-replica call (all_reduce, merge_call, an "
+            "optimizer's gradient aggregation) inside control flow (tf.cond, tf.while_loop, a "
+            "Python if/for over tensors) cannot be a boundary between compiled segments; move "
+            f"it out of the control flow. TensorFlow said: {_merge_call_line(str(e))}")) from None
     ops = {id(op): op for op in list(seen._seen_nodes) + recorded if op.graph is graph}
-    _scope(function.name, graph, sorted(ops.values(), key=lambda op: op._id))
+    _scope(function, graph, sorted(ops.values(), key=lambda op: op._id))
     return result
 
 
-def _scope(name: str, graph, recorded: list) -> None:
+def _scope(function, graph, recorded: list) -> None:
     if not recorded:
         return
     from tfjit.api import autojit
+    name = function.name
     view = Graph(graph.as_graph_def())
     marks = mark(view)
     refused = [(op.name, op.type, marks[op.name]) for op in recorded
                if marks.get(op.name) and op.type not in COLLECTIVE_OPS]
     if refused:
-        raise errors.unsupported(f"{name} (in a replica of {graph.name})", refused, graph)
+        error = errors.unsupported(f"{name} (in a replica of {graph.name})", refused, graph)
+        function._refuse(error)     # raises, unless a fall_back function: then TF runs it
+        return
     scope = f"{name}/{next(_scopes)}".encode()
     value = attr_value_pb2.AttrValue(s=scope)
     for op in recorded:

@@ -34,6 +34,8 @@ from tfjit.lower.registry import multi_pass_ops
 
 OPT_OUT_ATTRS = ("_XlaCompile", "_tfjit_compile")
 SCOPE_ATTR = "_tfjit_scope"     # set by api/replica.py: a tfjit.function's node in a replica
+CROSS_REPLICA = ("cross-replica (a collective, merge_call's ops or code around strategy.run): "
+                 "TensorFlow runs it between the compiled segments")
 _ENTER = frozenset({"Enter", "RefEnter"})
 _EXIT = frozenset({"Exit", "RefExit"})
 _SWITCH = frozenset({"Switch", "RefSwitch"})
@@ -111,11 +113,11 @@ def candidates(graph: Graph, options: Options) -> dict:
     """{node: None | reason}: marking plus auto mode's own filters."""
     marks = mark(graph)
     for name, why in marks.items():
-        if why:
-            continue
         node = graph.nodes[name]
         if options.scope_only and SCOPE_ATTR not in node.attrs:
-            marks[name] = "not in a tfjit.function (this graph compiles only those)"
+            marks[name] = CROSS_REPLICA
+        elif why:
+            continue
         elif options.ops_to_cluster and node.op not in options.ops_to_cluster:
             marks[name] = f"{node.op} is not in --tfjit_ops_to_cluster"
         elif node.op in options.exclude_ops:
