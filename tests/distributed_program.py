@@ -2,7 +2,10 @@
 before TensorFlow starts): ``python distributed_program.py CASE DEVICES`` prints one
 line ``RESULT <json>``."""
 import json
+import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -83,13 +86,31 @@ def train():
         def dist_step(x, y):
             return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step, args=(x, y)), None)
         data = tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(64).repeat(10)
-        losses = [float(dist_step(x, y)) for x, y in strategy.experimental_distribute_dataset(data)]
+        losses = []
+        for k, (x, y) in enumerate(strategy.experimental_distribute_dataset(data)):
+            if jit and k == 40:
+                tf.profiler.experimental.start(trace_dir)
+            losses.append(float(dist_step(x, y)))
+            if jit and k == 42:
+                tf.profiler.experimental.stop()
         return losses, [w.tolist() for w in model.get_weights()]
+    trace_dir = tempfile.mkdtemp(prefix="tfjit_trace_")
     ref_losses, ref_weights = run(False)
     before = launch.stats()
     losses, weights = run(True)
     report(steps=len(losses), losses=losses, ref_losses=ref_losses, weights=weights,
-           ref_weights=ref_weights, before=before)
+           ref_weights=ref_weights, before=before, trace_launches=_launch_events(trace_dir))
+    shutil.rmtree(trace_dir, ignore_errors=True)
+
+
+def _launch_events(trace_dir: str) -> int:
+    """How often the profiler's trace (xplane protos) names a TfjitLaunch op."""
+    count = 0
+    for root, _, names in os.walk(trace_dir):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                count += f.read().count(b"TfjitLaunch")
+    return count
 
 
 def fit():

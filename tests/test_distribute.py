@@ -69,6 +69,7 @@ def test_a_training_loop_under_mirrored_strategy():
     launches = r["launch"]["hits"] + r["launch"]["misses"] - sum(r["before"].values())
     assert r["launch"]["misses"] - r["before"]["misses"] == len(r["clusters"])
     assert launches >= 50 * 2 * 2
+    assert r["trace_launches"] > 0          # TfjitLaunch events in a profiler trace of 3 steps
 
 
 def test_must_compile_errors_in_a_replica():
@@ -145,6 +146,7 @@ def test_multi_worker_mirrored_strategy_on_loopback():
             np.testing.assert_allclose(w, ref, rtol=1e-5, atol=1e-6)
         launched = sum(train["launch"][k] - train["before"][k] for k in ("hits", "misses"))
         assert launched >= 50 * 2                   # two clusters per step, every step
+        assert train["trace_launches"] > 0
 
 
 def test_a_killed_worker_fails_its_peer_within_a_bounded_time():
