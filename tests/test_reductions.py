@@ -23,7 +23,11 @@ CASES = [
     ("two-dims", (300, 7, 16), (0, 1), 2),
     ("narrow", (4096, 24), (0,), 6),
     ("small", (2, 3, 40), (0, 1), 0),          # too little work to split
-    ("many-outputs", (512, 4096), (0,), 0),    # 8 column blocks: rows enough
+    ("whole-row", (512, 4096), (0,), 16),      # one row of outputs: the cores split the rows
+    ("whole-row-prime", (601, 4093), (0,), 16),
+    ("over-whole-row", (300, 4097), (0,), 0),  # 9 blocks of 512: rows enough
+    ("two-input-rows", (2, 2048), (0,), 0),    # (one row is a reshape, no kernel)
+    ("three-input-rows", (3, 1500), (0,), 0),
 ]
 DTYPES = [np.float32, np.float64, np.int32]
 
@@ -78,3 +82,18 @@ def test_two_pass_column_statistic_runs_both_passes_column_wise(shape):
     if shape[-1] >= 16 and shape[0] > 1:
         assert len(reductions) == 2 and all(k.column for k in reductions), f.compiled(x).fusions
         assert any("gets a kernel of its own" in n for k in f.compiled(x).fusions for n in k.notes)
+
+
+@pytest.mark.parametrize("shape, axes, block", [
+    ((512, 4096), (0,), 4096), ((601, 4093), (0,), 4093), ((300, 4097), (0,), 512),
+    ((64, 300, 1024), (1,), 512),      # outputs in several rows: blocks of 512
+    ((8192, 2048), (0,), 2048)])
+def test_a_statistic_over_axis_0_reads_whole_rows(shape, axes, block):
+    """Outputs that are one row of the input take a kernel row each (each reduced row
+    read as one contiguous run), up to fusion.COLUMN_WHOLE_ROW outputs."""
+    x = tf.constant(np.random.default_rng(5).standard_normal(shape).astype(np.float32))
+    f = tfjit.function(lambda x: tf.reduce_sum(x, list(axes)))
+    got = f(x)
+    assert_matches(got.numpy(), tf.reduce_sum(x, list(axes)).numpy(), rtol=1e-4, atol=1e-3)
+    blocks = [fu.column_block for fu in f.compiled(x).fusions if fu.column]
+    assert blocks == [block]

@@ -30,7 +30,7 @@ from tfjit.codegen.reduction import ReductionRows, reduce_identity
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
-from tfjit.passes.fusion import COLUMN_BLOCK, FLAT_BLOCK, Fusion, reads
+from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
 from tfjit.runtime import abi
 
 ROW_CACHE_MAX = 8192     # elements of a per-row stack buffer (32 KiB of f32)
@@ -91,11 +91,12 @@ class KernelEmitter(ReductionRows):
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
         if f.column and f.split == 1:
-            return [(self._function(self.name, self._column_row), f.rows, reduced * COLUMN_BLOCK)]
+            return [(self._function(self.name, self._column_row), f.rows, reduced * f.column_block)]
         if f.column:
             phase1 = self._function(self.name + ".partial", self._column_row)
             phase2 = self._function(self.name + ".combine", self._combine_row)
-            return [(phase1, f.rows, reduced // f.split * COLUMN_BLOCK), (phase2, f.roots[0].size, f.split)]
+            return [(phase1, f.rows, reduced // f.split * f.column_block),
+                    (phase2, f.roots[0].size, f.split)]
         if f.split == 1:
             return [(self._function(self.name, self._reduce_row), f.rows, reduced * max(len(f.instrs), 1))]
         phase1 = self._function(self.name + ".partial", self._partial_row)

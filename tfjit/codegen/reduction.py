@@ -16,7 +16,7 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import const, for_range, i64, intrinsic, no_unroll, no_vectorize, value_type
 from tfjit.ir.module import Instr
-from tfjit.passes.fusion import COLUMN_BLOCK, FLAT_BLOCK
+from tfjit.passes.fusion import FLAT_BLOCK
 
 _IDENTITY = {"sum": 0, "prod": 1, "and": True, "or": False}
 
@@ -57,14 +57,15 @@ class ReductionRows:
         root = f.roots[0]
         t = value_type(root.dtype)
         out_shape = root.shape
-        blocks = _math.ceil(out_shape[-1] / COLUMN_BLOCK)
+        width = f.column_block
+        blocks = _math.ceil(out_shape[-1] / width)
         chunk = b.srem(row, i64(f.split))
         row = b.sdiv(row, i64(f.split))
         prefix = self._unravel(b.sdiv(row, i64(blocks)), out_shape[:-1])
-        start = b.mul(b.srem(row, i64(blocks)), i64(COLUMN_BLOCK))
-        stop = b.add(start, i64(COLUMN_BLOCK))
+        start = b.mul(b.srem(row, i64(blocks)), i64(width))
+        stop = b.add(start, i64(width))
         stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
-        acc = self._entry_alloca(t, COLUMN_BLOCK)
+        acc = self._entry_alloca(t, width)
         kind = root.attrs["kind"]
 
         def slot(o):

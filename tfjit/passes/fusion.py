@@ -62,6 +62,7 @@ TOPK_CHUNKS = 64                # rows of a top-k kernel: chunks of vectors, one
 TOPK_HEAP_MAX_K = 16            # larger k, over half the vector: merge-sort it instead of a heap
 FLAT_BLOCK = 4096               # elements per row of a flattened elementwise kernel
 COLUMN_BLOCK = 512              # outputs per row of a column-reduction kernel
+COLUMN_WHOLE_ROW = 4096         # ... or all of them, when a reduced row is at most this wide
 COLUMN_SPLIT_ROWS = 8           # column reductions with fewer rows split their first reduced dim
 COLUMN_SPLIT_CHUNKS = 16        # ... into at most this many chunks,
 COLUMN_CHUNK_MIN = 1 << 14      # ... each reading at least this many elements
@@ -100,6 +101,7 @@ class Fusion:
     flat: bool = False              # loop kernel over the flattened shape (pure elementwise)
     split: int = 1                  # reduce kernel: chunks per output element (2 phases when > 1)
     column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
+    column_block: int = COLUMN_BLOCK   # column kernel: outputs per row
     aliases: dict = dataclasses.field(default_factory=dict)   # library: reshape -> its operand
     called: list = dataclasses.field(default_factory=list)    # while/conditional: [[Fusion]] per computation
 
@@ -114,7 +116,7 @@ class Fusion:
             return math.ceil(math.prod(self.shape) / FLAT_BLOCK)
         if self.column:
             out = self.shape[:self.outer]
-            return math.prod(out[:-1]) * math.ceil(out[-1] / COLUMN_BLOCK) * self.split
+            return math.prod(out[:-1]) * math.ceil(out[-1] / self.column_block) * self.split
         return math.prod(self.shape[:self.outer]) * self.split
 
     def __repr__(self) -> str:
@@ -512,8 +514,16 @@ def _choose_iteration(f: Fusion) -> None:
     root = f.roots[0]
     if not f.hoisted and _column_candidate(f):
         f.column = True
+        out = root.shape
+        if math.prod(out[:-1]) == 1 and out[-1] <= COLUMN_WHOLE_ROW:
+            # The outputs are one row of the input (a statistic over axis 0): a row of the
+            # kernel takes all of them, so each reduced row is read as one contiguous run,
+            # and the cores split the reduced rows instead.  Blocks of 512 of a 2048-wide
+            # row read 2 KB runs 8 KB apart: 8.9 ms for [8192, 2048], 4.3 ms whole.
+            f.column_block = out[-1]
         f.notes.append(f"{f.name} reduces across rows of contiguous memory: iterated with the "
-                       f"last output dim innermost (vectorised over {COLUMN_BLOCK} outputs at a time)")
+                       f"last output dim innermost (vectorised over {min(f.column_block, out[-1])} "
+                       "outputs at a time)")
         _split_columns(f)
         return
     if root.op is Op.REDUCE and root.size <= SPLIT_MAX_OUTPUTS and not f.hoisted:
