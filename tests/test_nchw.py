@@ -1,0 +1,110 @@
+"""``data_format="NCHW"`` convolutions and pools (tfjit/lower/layout.py), which TF's CPU
+kernels refuse: compared with TF running the same computation in NHWC on transposed
+tensors, forward and gradients (a GradientTape gives Conv2DBackprop{Input,Filter},
+MaxPoolGrad, AvgPoolGrad and the depthwise gradients in NCHW)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+
+T_NHWC, T_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+
+
+def _nhwc(v):
+    return [v[0], v[2], v[3], v[1]]
+
+
+def conv(fmt, strides=(1, 1, 1, 1), dilations=(1, 1, 1, 1), padding="SAME"):
+    def layer(x, w):
+        s, d = (list(strides), list(dilations)) if fmt == "NCHW" else (_nhwc(strides), _nhwc(dilations))
+        pad = padding
+        if isinstance(padding, list) and fmt == "NHWC":
+            pad = _nhwc(padding)
+        return tf.nn.conv2d(x, w, strides=s, dilations=d, padding=pad, data_format=fmt)
+    return layer
+
+
+def depthwise(fmt, strides=(1, 1, 1, 1), padding="SAME"):
+    def layer(x, w):
+        s = list(strides) if fmt == "NCHW" else _nhwc(strides)
+        return tf.nn.depthwise_conv2d(x, w, strides=s, padding=padding, data_format=fmt)
+    return layer
+
+
+def pool(kind, fmt, ksize=(1, 1, 2, 2), strides=(1, 1, 2, 2), padding="VALID"):
+    def layer(x, w):
+        k, s = (list(ksize), list(strides)) if fmt == "NCHW" else (_nhwc(ksize), _nhwc(strides))
+        fn = tf.nn.max_pool2d if kind == "max" else tf.nn.avg_pool2d
+        return fn(x, k, s, padding, data_format=fmt) * tf.reduce_sum(w)
+    return layer
+
+
+def max_pool_v2(fmt):
+    def layer(x, w):
+        k, s = ([1, 1, 3, 2], [1, 1, 2, 1]) if fmt == "NCHW" else ([1, 3, 2, 1], [1, 2, 1, 1])
+        return tf.raw_ops.MaxPoolV2(input=x, ksize=k, strides=s, padding="SAME",
+                                    data_format=fmt) * tf.reduce_sum(w)
+    return layer
+
+
+CASES = [
+    ("conv-same", conv, {}, (3, 3, 3, 5)),
+    ("conv-strided-valid", conv, dict(strides=(1, 1, 2, 3), padding="VALID"), (3, 2, 3, 4)),
+    ("conv-dilated", conv, dict(dilations=(1, 1, 2, 2)), (3, 3, 3, 2)),
+    ("conv-explicit", conv, dict(padding=[[0, 0], [0, 0], [1, 2], [0, 1]]), (2, 3, 3, 4)),
+    ("conv-1x1", conv, {}, (1, 1, 3, 6)),
+    ("depthwise", depthwise, {}, (3, 3, 3, 2)),
+    ("depthwise-strided", depthwise, dict(strides=(1, 1, 2, 2)), (3, 3, 3, 1)),
+    ("max-pool", lambda fmt: pool("max", fmt), None, (1, 1, 3, 1)),
+    ("max-pool-same", lambda fmt: pool("max", fmt, (1, 1, 3, 3), (1, 1, 2, 1), "SAME"), None, (1, 1, 3, 1)),
+    ("avg-pool", lambda fmt: pool("avg", fmt), None, (1, 1, 3, 1)),
+    ("avg-pool-same", lambda fmt: pool("avg", fmt, (1, 1, 3, 2), (1, 1, 1, 2), "SAME"), None, (1, 1, 3, 1)),
+    ("max-pool-v2", max_pool_v2, None, (1, 1, 3, 1)),
+]
+
+
+def _step(layer):
+    def step(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = layer(x, w)
+            loss = tf.reduce_sum(y * y)
+        return (y,) + tuple(tape.gradient(loss, [x, w]))
+    return step
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_nchw_matches_nhwc_in_tf(case, dtype, rng):
+    name, make, kwargs, wshape = case
+    build = (lambda fmt: make(fmt, **kwargs)) if kwargs is not None else make
+    x = tf.constant(rng.standard_normal((2, 3, 11, 8)), dtype)
+    w = tf.constant(rng.standard_normal(wshape) * 0.5, dtype)
+    jit = tfjit.function(_step(build("NCHW")))
+    y, dx, dw = jit(x, w)
+    ops = {n.op for n in tf.function(_step(build("NCHW"))).get_concrete_function(x, w).graph.as_graph_def().node
+           if n.attr["data_format"].s == b"NCHW"}
+    assert ops, "no NCHW node in the graph"
+    tol = dict(rtol=2e-5, atol=2e-4) if dtype == tf.float32 else dict(rtol=2e-2, atol=5e-2)
+    if "dilated" in name:     # TF's CPU gradient kernels refuse dilations: the forward only
+        ry = tf.function(build("NHWC"))(tf.transpose(x, T_NHWC), w)
+        assert_matches(y.numpy(), tf.transpose(ry, T_NCHW).numpy(), what=f"{name} y", **tol)
+        return
+    ry, rdx, rdw = tf.function(_step(build("NHWC")))(tf.transpose(x, T_NHWC), w)
+    assert_matches(y.numpy(), tf.transpose(ry, T_NCHW).numpy(), what=f"{name} y", **tol)
+    assert_matches(dx.numpy(), tf.transpose(rdx, T_NCHW).numpy(), what=f"{name} dx", **tol)
+    scale = max(1.0, float(np.abs(rdw.numpy().astype(np.float64)).max()))
+    assert_matches(dw.numpy(), rdw.numpy(), what=f"{name} dw", rtol=tol["rtol"],
+                   atol=tol["atol"] * scale)
+
+
+def test_tensorflow_itself_refuses_nchw_on_cpu():
+    x, w = tf.ones([1, 2, 5, 5]), tf.ones([3, 3, 2, 2])
+    f = conv("NCHW")
+    with pytest.raises((tf.errors.InvalidArgumentError, tf.errors.UnimplementedError)):
+        tf.function(f)(x, w)
+    assert tfjit.function(f)(x, w).shape == (1, 2, 5, 5)
