@@ -98,7 +98,8 @@ def test_every_source_compiles_for_every_cpu_in_the_matrix(tf):
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         results = list(pool.map(compile_one, commands.items()))
-    assert len(results) == len(build.launch_sources()) + len(build.HOST_LEVELS)
+    assert len(results) == len(build.launch_sources()) + len(build.HOST_LEVELS) * len(
+        build.HOST_SOURCES + build.AOT_SOURCES)     # the host and AOT runtimes at each level
     failed = [f"{os.path.basename(p)} for {t}: {err[:600]}" for p, t, rc, err in results if rc]
     assert not failed, "\n".join(failed)
 

@@ -402,10 +402,14 @@ def test_unsupported_forms_name_the_op():
         g(tf.ones([2, 2], tf.int32))
 
 
-def test_aot_refuses_library_calls_clearly(tmp_path):
+def test_a_target_without_a_runtime_library_refuses_library_calls_clearly(tmp_path):
+    import dataclasses
+
+    from tfjit import pipeline
     from tfjit.aot import compile as aot
     from tfjit.aot import config as aot_config
     from tfjit.aot import frontend
+    from tfjit.codegen.target import NotForTarget
     with tf.Graph().as_default() as g:
         a = tf.compat.v1.placeholder(tf.float32, [2, 3], name="a")
         tf.matmul(a, tf.ones([3, 2]), name="out")
@@ -416,5 +420,15 @@ def test_aot_refuses_library_calls_clearly(tmp_path):
                       'fetch { id { node_name: "out" } }\n')
     cluster = frontend.from_graph_def(frontend.read_graph_def(str(path)),
                                       aot_config.read(str(config)))
-    with pytest.raises(aot.AotError, match=r"dot.*does not link the runtime library"):
-        aot.compile_cluster(cluster, "m")
+    # tfjit-aot links its own runtime (tests/test_aot_models.py); a target without one says so
+    assert aot.compile_cluster(cluster, "m").runtime == ["tfjit_aot_rt_" + s[len("tfjit_rt_"):]
+                                                         for s in _runtime_symbols()]
+    m = aot.lower_cluster(aot.Graph.from_bytes(cluster.graph_def), cluster.signature, "m")
+    bare = dataclasses.replace(pipeline.jit_target(), name="bare", library_prefix="")
+    with pytest.raises(NotForTarget, match=r"bare code cannot call the runtime library"):
+        pipeline.emit(pipeline.optimize(m), bare, "m")
+
+
+def _runtime_symbols():
+    from tfjit.codegen.library import runtime_symbols
+    return runtime_symbols()

@@ -127,17 +127,17 @@ class Emitted:
 
 def emit(o: Optimized, target: Target, name: str) -> Emitted:
     """The kernels of ``o`` as LLVM IR for ``target``; NotForTarget when the module needs
-    what the target lacks (a dot or convolution, which call the op library, in AOT)."""
+    what the target lacks (a dot or convolution on a target without a runtime library)."""
     kinds = {f.kind for f in fusion.walk(o.fusions)}
-    if "library" in kinds and not target.runtime_calls:
+    if "library" in kinds and not target.library_prefix:
         i = next(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library")
         raise NotForTarget(i, f"{target.name} code cannot call the runtime library "
                               "(dot, convolution and its gradients)")
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
     llmod, steps = llvm_cpu.emit_module(name, o.fusions, o.plan, messages, target)
     runtime = []             # op library functions the code calls
-    if "library" in kinds:   # dot/conv call the op library (TF's kernels)
-        runtime += library.runtime_symbols()
+    if "library" in kinds:   # dot/conv call the runtime library (TF's kernels for the JIT)
+        runtime += library.runtime_symbols(target.library_prefix)
     if target.runtime_calls and kinds & set(fusion.CONTROL):   # drivers shard big steps
         runtime.append(control.PARALLEL_FOR)
     return Emitted(llmod, steps, messages, runtime)

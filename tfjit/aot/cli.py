@@ -17,6 +17,7 @@ import re
 import sys
 
 from tfjit.aot import compile as aot_compile
+from tfjit.aot import runtime as aot_runtime
 from tfjit.aot import config, frontend, header
 from tfjit.aot.config import AotError
 
@@ -69,10 +70,14 @@ def build(graph_def, spec: config.Spec, args, source: str) -> aot_compile.Artifa
     cluster = frontend.from_graph_def(graph_def, spec)
     target = aot_compile.Target(args.target_triple, args.target_cpu, args.target_features)
     artifact = aot_compile.compile_cluster(cluster, prefix, target)
-    text = header.render(artifact, args.cpp_class, source)
     out_dir = os.path.dirname(args.out_prefix)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
+    if artifact.runtime:          # a dot or convolution: the static runtime beside the object
+        path = args.out_prefix + "_runtime.a"
+        artifact.runtime_level = aot_runtime.build_library(path, artifact.cpu)
+        artifact.runtime_library = os.path.basename(path)
+    text = header.render(artifact, args.cpp_class, source)
     for suffix, data in ((".o", artifact.object_code), (".h", text.encode())):
         path = args.out_prefix + suffix
         tmp = path + ".tmp"
@@ -102,7 +107,8 @@ def main(argv=None) -> int:
     except AotError as e:
         print(f"tfjit-aot: error: {e}", file=sys.stderr)
         return 1
-    print(f"tfjit-aot: wrote {args.out_prefix}.o and {args.out_prefix}.h "
+    extra = f" and {args.out_prefix}_runtime.a" if artifact.runtime_library else ""
+    print(f"tfjit-aot: wrote {args.out_prefix}.o, {args.out_prefix}.h{extra} "
           f"({artifact.num_kernels} kernel(s), entry points {artifact.prefix}_*)")
     return 0
 

@@ -65,7 +65,11 @@ class Artifact:
     num_kernels: int
     module_after: str            # IR text after the passes
     llvm_ir: str                 # optimised LLVM IR
+    runtime: list                # AOT runtime functions the object calls (dot, convolution)
+    cpu: str                     # the target CPU (the runtime library is built for it)
     target: str                  # "triple cpu features"
+    runtime_library: str = ""    # its file name, when written (cli.build)
+    runtime_level: str = ""      # the x86-64 level it was built for
 
 
 def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) -> Artifact:
@@ -78,13 +82,14 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
     except LoweringError as e:
         raise AotError(f"cannot compile {e.op} ({e.reason}) {{{{node {e.node}}}}}") from None
     optimized = pipeline.optimize(m)
-    aot = codegen_target.Target("tfjit-aot", triple, str(tm.target_data), runtime_calls=False)
+    # dot and convolution call the AOT runtime (aot/runtime.py), not the op library
+    aot = codegen_target.Target("tfjit-aot", triple, str(tm.target_data), runtime_calls=False,
+                                library_prefix="tfjit_aot_rt_")
     try:
         emitted = pipeline.emit(optimized, aot, prefix)
     except codegen_target.NotForTarget as e:
         raise AotError(f"cannot compile {e.instr.op.spelling} {{{{node {e.instr.source}}}}}: "
-                       "tfjit-aot does not link the runtime library (dot, convolution and its "
-                       "gradients) yet") from None
+                       f"{e.reason}") from None
     llmod = emitted.llvm_module
     driver.internalize(llmod)
     output_bytes = [o.size * o.dtype.itemsize for o in m.outputs]
@@ -98,7 +103,7 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
             raise AotError(f"fetch '{t.tensor}' ({t.name}): compiled as {o.dtype}, the graph "
                            f"says {t.dtype}")
     return Artifact(prefix, obj, list(cluster.feeds), fetches, layout, len(optimized.fusions),
-                    optimized.after, optimized_ir,
+                    optimized.after, optimized_ir, emitted.runtime, cpu,
                     f"{triple}, cpu {cpu}, "
                     + (f"features {target.features}" if target.features else
                        "this machine's features" if features else "the CPU's default features"))

@@ -34,13 +34,14 @@ SIGNATURES = {
 }
 
 
-def symbol(kind: str, dtype) -> str:
-    return f"tfjit_rt_{kind}_{_SUFFIX[dtype.name]}"
+def symbol(kind: str, dtype, prefix: str = "tfjit_rt_") -> str:
+    return f"{prefix}{kind}_{_SUFFIX[dtype.name]}"
 
 
-def runtime_symbols() -> list[str]:
-    """Every runtime-library function a kernel may call (runtime/tf_kernels.cc exports them)."""
-    return [f"tfjit_rt_{k}_{s}" for k in SIGNATURES for s in _SUFFIX.values()]
+def runtime_symbols(prefix: str = "tfjit_rt_") -> list[str]:
+    """Every runtime-library function a kernel may call (runtime/tf_kernels.cc exports
+    them as ``tfjit_rt_*``, the AOT runtime, runtime/aot_runtime.cc, as ``tfjit_aot_rt_*``)."""
+    return [f"{prefix}{k}_{s}" for k in SIGNATURES for s in _SUFFIX.values()]
 
 
 def _dot_args(i) -> list:
@@ -131,12 +132,14 @@ def failure_message(i) -> str:
     return f"TensorFlow's {_CALLS[i.op][2](i)} kernel failed{node}"
 
 
-def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: bool) -> list:
+def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: bool,
+         prefix: str = "tfjit_rt_") -> list:
     """Emits the kernel of one library fusion; returns [(symbol, rows=1, cost)].
-    ``messages`` receives the call's failure message (status code k is messages[k-1])."""
+    ``messages`` receives the call's failure message (status code k is messages[k-1]);
+    ``prefix`` names the entry points (codegen/target.py ``library_prefix``)."""
     (root,) = fusion.roots
     kind, make_args, _ = _CALLS[root.op]
-    callee_name = symbol(kind, root.dtype)
+    callee_name = symbol(kind, root.dtype, prefix)
     callee = module.globals.get(callee_name)
     if callee is None:
         callee = ir.Function(module, ir.FunctionType(I32, [PTR, I32] + [PTR] * 3 + SIGNATURES[kind]),
@@ -153,7 +156,10 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
     operands = [slot(plan.slots[library_source(fusion, o)][0]) for o in root.operands]
     family, why = tf_kernel(root, onednn)
     kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured"}[family]
-    fusion.notes.append(f"runs TF's {kernel} {_CALLS[root.op][2](root)} kernel: {why}")
+    if prefix == "tfjit_rt_":
+        fusion.notes.append(f"runs TF's {kernel} {_CALLS[root.op][2](root)} kernel: {why}")
+    else:
+        fusion.notes.append(f"calls {callee_name}: linalg.cc's Eigen code, on the calling thread")
     rc = b.call(callee, [slot(plan.device_slot), ir.Constant(I32, family), out, *operands,
                          *make_args(root)])
     text = failure_message(root)

@@ -107,7 +107,8 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
 
 
 def _library(module, f, plan, name, messages, target) -> list:
-    return library.emit(module, f, plan, name, messages, onednn=target.onednn)
+    return library.emit(module, f, plan, name, messages, onednn=target.onednn,
+                        prefix=target.library_prefix)
 
 
 def _control(module, f, plan, name, messages, target) -> list:

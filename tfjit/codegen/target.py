@@ -6,9 +6,13 @@ IR, and everything it needs to know about where the code will run is here:
 * ``triple``/``data_layout``: the LLVM module's, from the machine that compiles
   (the compile server's for the JIT; the requested one for AOT);
 * ``runtime_calls``: the code may call the op library (``runtime/tf_kernels.cc``:
-  dot and convolution through TF's kernels, and ``tfjit_rt_parallel_for``, through
-  which loop drivers shard their big steps).  The JIT's code runs inside the
-  launch op, so it may; an AOT object ships without TensorFlow, so it may not;
+  ``tfjit_rt_parallel_for``, through which loop drivers shard their big steps).
+  The JIT's code runs inside the launch op, so it may; an AOT object ships without
+  TensorFlow, so it may not;
+* ``library_prefix``: the names of the dot and convolution entry points its library
+  kernels call (``<prefix><kind>_<dtype>``, codegen/library.py): the op library's
+  ``tfjit_rt_`` (TF's kernels) for the JIT, the AOT runtime's ``tfjit_aot_rt_``
+  (linalg.cc's Eigen code in a static library, runtime/aot_runtime.cc) for AOT;
 * ``onednn``: TF runs oneDNN's kernels on this CPU, so library calls take them
   (otherwise each call times both at its first run; ``codegen/library.py``).
 
@@ -29,6 +33,7 @@ class Target:
     data_layout: str
     runtime_calls: bool         # may call the op library (see above)
     onednn: bool = False
+    library_prefix: str = "tfjit_rt_"   # dot/convolution entry points (see above)
 
 
 class NotForTarget(Exception):

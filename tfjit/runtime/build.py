@@ -42,6 +42,7 @@ PREBUILT = os.path.join(HERE, "prebuilt")     # what pip install built (setup.py
 LIBRARY_NAME = "tfjit_launch_op.so"
 HOST_LIBRARY_NAME = "tfjit_linalg.so"
 HOST_SOURCES = ("linalg.cc",)
+AOT_SOURCES = ("aot_runtime.cc",)    # with linalg.cc: tfjit-aot's static runtime (aot/runtime.py)
 
 
 def sources() -> list[str]:
@@ -50,7 +51,7 @@ def sources() -> list[str]:
 
 
 def launch_sources() -> list[str]:
-    return [p for p in sources() if os.path.basename(p) not in HOST_SOURCES]
+    return [p for p in sources() if os.path.basename(p) not in HOST_SOURCES + AOT_SOURCES]
 
 
 def host_sources() -> list[str]:
@@ -139,7 +140,7 @@ def source_flags(path: str, level: str | None) -> list[str]:
     """tfjit's own flags for one source (after TF's): the host library's Eigen code is
     optimised for ``level``, its template instances kept private so they never bind
     to TensorFlow's own (differently compiled) copies."""
-    if os.path.basename(path) not in HOST_SOURCES:
+    if os.path.basename(path) not in HOST_SOURCES + AOT_SOURCES:
         return []
     march = [f"-march={level}", "-mtune=generic"] if level else []
     return ["-O3", *march, "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-w"]

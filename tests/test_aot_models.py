@@ -1,0 +1,110 @@
+"""tfjit-aot on models with matmuls and convolutions: the object calls the AOT runtime
+(tfjit_aot_rt_*, aot/runtime.py), written beside it as ``<prefix>_runtime.a``, and a
+C++ program built with g++ from the object, that library and -lm gives TF's results.
+The seed's MNIST softmax regression (trained a few steps, frozen) and a small CNN."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from oracle import assert_matches
+from test_aot import RUNNER, _aot, _results, _run, _save, _session_run, _undefined, pytestmark  # noqa: F401
+
+
+def _build_with_runtime(tmp_path, prefix, cpp_class) -> str:
+    src = tmp_path / "main.cc"
+    src.write_text(RUNNER)
+    exe = str(tmp_path / "prog")
+    cmd = ["g++", "-std=c++17", "-O1", "-Wall", "-Werror", f'-DHEADER="{prefix}.h"',
+           f"-DCLASS={cpp_class}", str(src), f"{prefix}.o", f"{prefix}_runtime.a", "-lm", "-o", exe]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return exe
+
+
+def _freeze(tf, graph, session, outputs):
+    gd = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), outputs)
+    frozen = tf.Graph()
+    with frozen.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    return frozen
+
+
+def _mnist_softmax(tf, rng):
+    """784 -> 10 softmax regression, trained 20 SGD steps on separable random data, frozen."""
+    labels = rng.integers(0, 10, 512)
+    centers = rng.standard_normal((10, 784)).astype(np.float32)
+    images = (centers[labels] + 0.5 * rng.standard_normal((512, 784))).astype(np.float32)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 784], name="x")
+        y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+        w = tf.compat.v1.Variable(tf.zeros([784, 10]), name="w")
+        b = tf.compat.v1.Variable(tf.zeros([10]), name="b")
+        logits = tf.nn.bias_add(tf.matmul(x, w), b)
+        tf.nn.softmax(logits, name="probs")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.compat.v1.Session(graph=g) as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for k in range(20):
+                s.run(train, {x: images[k * 16:(k + 1) * 16], y: labels[k * 16:(k + 1) * 16]})
+            frozen = _freeze(tf, g, s, ["probs"])
+    return frozen, images[:16], labels[:16]
+
+
+def _cnn(tf, rng):
+    """Conv2D + ReLU + MaxPool, a strided conv + AvgPool, Dense + softmax (random weights)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1], name="x")
+        w1 = tf.constant(rng.standard_normal((3, 3, 1, 8)).astype(np.float32) * 0.5)
+        w2 = tf.constant(rng.standard_normal((3, 3, 8, 16)).astype(np.float32) * 0.2)
+        wd = tf.constant(rng.standard_normal((4 * 4 * 16, 10)).astype(np.float32) * 0.1)
+        h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME") + 0.1)
+        h = tf.nn.max_pool2d(h, 2, 2, "VALID")                               # 14x14x8
+        h = tf.nn.relu(tf.nn.conv2d(h, w2, 2, "VALID"))                      # 6x6x16
+        h = tf.nn.avg_pool2d(h, 3, 1, "VALID")                               # 4x4x16
+        logits = tf.matmul(tf.reshape(h, [-1, 4 * 4 * 16]), wd)
+        tf.nn.softmax(logits, name="probs")
+    return g
+
+
+CONFIG = ('feed {{ id {{ node_name: "x" }} shape {{ {dims} }} name: "x" }}\n'
+          'fetch {{ id {{ node_name: "probs" }} name: "probs" }}\n')
+
+
+def _dims(*sizes) -> str:
+    return " ".join(f"dim {{ size: {s} }}" for s in sizes)
+
+
+@pytest.mark.parametrize("model", ["mnist_softmax", "cnn"])
+def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
+    labels = None
+    if model == "mnist_softmax":
+        g, images, labels = _mnist_softmax(tf, rng)
+        config, inputs = CONFIG.format(dims=_dims(16, 784)), [images]
+    else:
+        g = _cnn(tf, rng)
+        config = CONFIG.format(dims=_dims(8, 28, 28, 1))
+        inputs = [rng.standard_normal((8, 28, 28, 1)).astype(np.float32)]
+    pb, cfg = _save(tmp_path, g, config)
+    prefix = tmp_path / "out" / model
+    assert _aot(["--graph", pb, "--config", cfg, "--cpp_class", "models::Net",
+                 "--out_prefix", prefix]) == 0
+    needs = [s for s in _undefined(f"{prefix}.o") if s.startswith("tfjit_")]
+    assert needs and all(s.startswith("tfjit_aot_rt_") for s in needs), needs
+    assert os.path.exists(f"{prefix}_runtime.a")
+    assert f"{model}_runtime.a" in (tmp_path / "out" / f"{model}.h").read_text()
+    exe = _build_with_runtime(tmp_path, prefix, "models::Net")
+    libs = subprocess.run(["ldd", exe], capture_output=True, text=True).stdout
+    assert "tensorflow" not in libs and "python" not in libs, libs
+    want = _session_run(tf, g, ["probs:0"], {"x:0": inputs[0]})
+    proc = _run(exe, tmp_path, inputs)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (got,) = _results(tmp_path, want)
+    assert_matches(got, want[0], rtol=1e-4, atol=1e-6)
+    if labels is not None:                  # trained: it classifies its training images
+        assert (got.argmax(1) == labels).mean() > 0.8

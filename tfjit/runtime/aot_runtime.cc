@@ -1,0 +1,62 @@
+// The runtime of tfjit-aot objects: the dot and convolution entry points their
+// library kernels call (tfjit_aot_rt_<kind>_<dtype>, with the arguments of
+// tf_kernels.cc's tfjit_rt_* entry points), running linalg.cc's Eigen code on the
+// calling thread. aot/runtime.py compiles this file and linalg.cc into a static
+// library that needs neither Python nor TensorFlow; the generated header names it.
+//
+// The runtime context is null (there is no TensorFlow) and the kernel family is
+// ignored (there is one kernel). An operand with no elements makes a sum over
+// nothing, as in tf_kernels.cc: the result is zeroed here, since linalg.cc's
+// functions take non-empty tensors only. Every call succeeds (returns 0).
+
+#include <algorithm>
+#include <cstdint>
+
+#include "linalg.h"
+
+namespace {
+
+template <typename T>
+bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
+  if (empty) std::fill(out, out + out_size, T(0));
+  return empty;
+}
+
+}  // namespace
+
+#define TFJIT_AOT_DOT(suffix, T)                                                             \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_dot_##suffix(void*, int32_t, TFJIT_DOT_PARAMS(T)) {      \
+    if (!ZeroIfEmpty(out, batch * m * n, k == 0)) tfjit_linalg_table()->dot_##suffix(TFJIT_DOT_ARGS); \
+    return 0;                                                                                 \
+  }                                                                                           \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_conv2d_##suffix(void*, int32_t, TFJIT_CONV2D_PARAMS(T)) { \
+    if (!ZeroIfEmpty(out, batch * out_rows * out_cols * out_depth,                            \
+                     in_rows == 0 || in_cols == 0 || in_depth == 0 || filter_rows == 0 ||     \
+                         filter_cols == 0))                                                   \
+      tfjit_linalg_table()->conv2d_##suffix(TFJIT_CONV2D_ARGS);                               \
+    return 0;                                                                                 \
+  }
+
+// a: the filter (..._input) or the input (..._filter); the output gradient has
+// out_depth = in_depth * filter_depth channels (depthwise) or filter_depth
+#define TFJIT_AOT_BACKPROP(name, of_input, depthwise, suffix, T)                                \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_##suffix(void*, int32_t, TFJIT_BACKPROP_PARAMS(T)) { \
+    const int64_t out_depth = depthwise ? in_depth * filter_depth : filter_depth;               \
+    const int64_t filter_size = filter_rows * filter_cols * in_depth * filter_depth;            \
+    const int64_t input_size = batch * in_rows * in_cols * in_depth;                            \
+    if (!ZeroIfEmpty(out, of_input ? input_size : filter_size,                                  \
+                     (of_input ? filter_size : input_size) == 0 || batch == 0 ||             \
+                         out_rows == 0 || out_cols == 0 || out_depth == 0))                      \
+      tfjit_linalg_table()->name##_##suffix(TFJIT_BACKPROP_ARGS);                               \
+    return 0;                                                                                    \
+  }
+
+#define TFJIT_AOT_DEFINE(suffix, T)                                                  \
+  TFJIT_AOT_DOT(suffix, T)                                                           \
+  TFJIT_AOT_BACKPROP(conv2d_backprop_input, true, false, suffix, T)                  \
+  TFJIT_AOT_BACKPROP(conv2d_backprop_filter, false, false, suffix, T)                \
+  TFJIT_AOT_BACKPROP(depthwise_backprop_input, true, true, suffix, T)                \
+  TFJIT_AOT_BACKPROP(depthwise_backprop_filter, false, true, suffix, T)
+
+TFJIT_AOT_DEFINE(f32, float)
+TFJIT_AOT_DEFINE(f64, double)
