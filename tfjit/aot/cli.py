@@ -6,7 +6,9 @@
 
 The first form reads tfcompile's flags and ``tf2xla.Config`` (see config.py), the
 second ``saved_model_cli aot_compile_cpu``'s.  Both write ``<prefix>.o`` (a
-relocatable x86-64 object) and ``<prefix>.h``.  Exit status: 0 written, 1 the
+relocatable x86-64 object) and ``<prefix>.h``, and for a graph with a matmul or a
+convolution ``<prefix>_runtime.a`` (their code: aot/runtime.py), which the program
+links after the object.  Exit status: 0 written, 1 the
 graph/config/model cannot be compiled (the message says why), 2 bad usage.
 """
 from __future__ import annotations
