@@ -203,6 +203,8 @@ def test_entries_of_other_versions_or_cpus_are_not_used(tfjit, cache, inputs, mo
     with monkeypatch.context() as m:
         if what == "tfjit_version":
             m.setattr(tfjit, "__version__", "0.0.1-old")
+        elif what == "loader":          # the key reads the loader from llvm_cpu.loader()
+            m.setattr(llvm_cpu, "loader", lambda: other["loader"]["loader"])
         else:
             m.setattr(llvm_cpu, "target_env", lambda: env | other[what])
         objcache.environment.cache_clear()

@@ -120,8 +120,7 @@ def on_graph(data: bytes, is_function: bool, jit_level: int,
         del nd.attr[_TYPES_ATTR]
     options = auto.Options.from_flags(config.flags())
     if scoped:
-        from tfjit.api import replica
-        replica.restore_scopes(gd)
+        auto.restore_scopes(gd)
         options = auto.Options.scoped(options)
     result = auto.cluster_graph(gd, info, options)
     debug.maybe_dump_clustering(gd, result)

@@ -34,7 +34,7 @@ from tensorflow.python.ops import resource_variable_ops
 
 from tfjit import dtypes as dt
 from tfjit.api import binding, errors, replica
-from tfjit.api import gradient  # noqa: F401  (registers the gradient of TfjitLaunch)
+from tfjit.api import gradient  # registers the gradient of TfjitLaunch
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
 from tfjit.graph import cluster as clustering
@@ -348,3 +348,6 @@ def function(fn=None, *, jit_compile=True, autograph: bool = True):
     if fn is None:
         return lambda f: Function(f, jit_compile=jit_compile, autograph=autograph)
     return Function(fn, jit_compile=jit_compile, autograph=autograph)
+
+
+gradient.FUNCTION = Function     # the backward functions of launch ops are tfjit Functions

@@ -28,6 +28,10 @@ from tensorflow.python.ops import handle_data_util
 
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
 
+# tfjit.Function, which a backward function is.  api/function.py sets it: it imports
+# this module (to register the gradient), so importing it here would make a cycle.
+FUNCTION = None
+
 _lock = threading.Lock()
 _backwards: dict = {}     # (cluster key, differentiated outputs) -> tfjit Function
 
@@ -100,7 +104,6 @@ def _backward_function(definition: _Definition, outputs: tuple):
     ``handle_specs`` (a Python value, so part of the trace key) gives the backward's
     resource inputs the dtype and shape of their variables: the imported reads then
     have static shapes, and so have the gradients' shape computations."""
-    from tfjit.api.function import Function
     n_in, diff = definition.num_inputs, definition.differentiable
     graph_def = _importable(definition.graph_def)
 
@@ -122,7 +125,7 @@ def _backward_function(definition: _Definition, outputs: tuple):
         return result
 
     backward.__name__ = f"tfjit_grad_{definition.key[:12]}"
-    return Function(backward, jit_compile=True, autograph=False)
+    return FUNCTION(backward, jit_compile=True, autograph=False)
 
 
 def _backward_for(key: str, cluster_def: bytes, outputs: tuple):

@@ -43,10 +43,11 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from tfjit.api import errors
+from tfjit.graph import auto
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
 
-SCOPE_ATTR = "_tfjit_scope"
+SCOPE_ATTR = auto.SCOPE_ATTR
 
 # TensorFlow's cross-device ops: boundaries between compiled segments, never compiled.
 COLLECTIVE_OPS = frozenset({
@@ -133,27 +134,5 @@ def _scope(function, graph, recorded: list) -> None:
     for op in recorded:
         if op.type not in COLLECTIVE_OPS:
             op._set_attr(SCOPE_ATTR, value)
-    _names[scope] = frozenset(op.name for op in recorded if op.type not in COLLECTIVE_OPS)
+    auto.SCOPE_NAMES[scope] = frozenset(op.name for op in recorded if op.type not in COLLECTIVE_OPS)
     autojit.activate(must=True)
-
-
-# scope -> the names of its nodes.  Grappler's remapper, which runs before the graph
-# pass, replaces a MatMul + BiasAdd + Relu by one _FusedMatMul named as the last of
-# them, without the scope attribute; restore_scopes gives it back.
-_names: dict = {}
-
-
-def restore_scopes(graph_def) -> None:
-    """Gives ``SCOPE_ATTR`` back to nodes that grappler made from scoped ones: a node
-    without it whose name is a node of scope S and which reads a node of scope S
-    (both, so that a node of another graph with the same name is never taken in)."""
-    scope_of = {nd.name: nd.attr[SCOPE_ATTR].s for nd in graph_def.node if SCOPE_ATTR in nd.attr}
-    for _ in range(2):          # a fused node may read another fused node
-        for nd in graph_def.node:
-            if nd.name in scope_of:
-                continue
-            inputs = {scope_of.get(i.lstrip("^").split(":")[0]) for i in nd.input} - {None}
-            scope = next((s for s in inputs if nd.name in _names.get(s, ())), None)
-            if scope is not None:
-                nd.attr[SCOPE_ATTR].s = scope
-                scope_of[nd.name] = scope

@@ -174,11 +174,15 @@ def _libraries(runtime: list) -> list:
 
 def _in_process_from_now_on(why: str) -> None:
     global _client
-    from tfjit.codegen import objcache
     log.warning("tfjit: %s; LLVM runs in this process from now on", why)
     with _lock:
         _client = False
-    objcache.environment.cache_clear()     # its key names the loader
+
+
+def loader() -> str:
+    """How this process loads the code it compiles now: "dlopen" (a shared library from
+    the compile server) or "mcjit" (in-process LLVM)."""
+    return "dlopen" if server() is not None else "mcjit"
 
 
 def compile_module(module: ir.Module, symbols: list, runtime: list = ()) -> MachineCode:

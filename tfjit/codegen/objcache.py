@@ -38,9 +38,14 @@ _PAYLOAD = struct.Struct("<QQ32s")
 PAYLOAD_FORMAT = 2
 
 
-@functools.lru_cache(maxsize=None)
 def environment() -> bytes:
-    """The part of the key shared by every module this process compiles."""
+    """The part of the key shared by every module this process compiles with its current
+    loader (llvm_cpu may move from the compile server to in-process LLVM mid-run)."""
+    return _environment(llvm_cpu.loader())
+
+
+@functools.lru_cache(maxsize=None)
+def _environment(loader: str) -> bytes:
     source = hashlib.sha256()
     for module in (llvm_cpu, llvm_target):      # pipeline and target options
         with open(module.__file__, "rb") as f:
@@ -53,9 +58,12 @@ def environment() -> bytes:
         "llvmlite " + llvmlite.__version__,
         "LLVM " + env["llvm"],
         "cpu " + env["cpu"],
-        "loader " + env["loader"],      # an MCJIT object and a shared-library one differ
+        "loader " + loader,             # an MCJIT object and a shared-library one differ
         f"payload {PAYLOAD_FORMAT}",
     ]).encode()
+
+
+environment.cache_clear = _environment.cache_clear    # (tests)
 
 
 def cache_key(llvm_ir: str, env: bytes | None = None) -> bytes:

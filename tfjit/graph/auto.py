@@ -251,3 +251,26 @@ def effective_ops(graph: Graph, names, weights: dict | None = None) -> int:
     """The size of a cluster as the min/max cluster size flags count it."""
     weights = op_weights() if weights is None else weights
     return sum(clustering.effective_size(graph.nodes[n].op, weights) for n in names)
+
+
+# scope -> the names of its nodes (api/replica.py records them).  Grappler's remapper,
+# which runs before the graph pass, replaces a MatMul + BiasAdd + Relu by one
+# _FusedMatMul named as the last of them, without the scope attribute;
+# restore_scopes gives it back.
+SCOPE_NAMES: dict = {}
+
+
+def restore_scopes(graph_def) -> None:
+    """Gives ``SCOPE_ATTR`` back to nodes that grappler made from scoped ones: a node
+    without it whose name is a node of scope S and which reads a node of scope S
+    (both, so that a node of another graph with the same name is never taken in)."""
+    scope_of = {nd.name: nd.attr[SCOPE_ATTR].s for nd in graph_def.node if SCOPE_ATTR in nd.attr}
+    for _ in range(2):          # a fused node may read another fused node
+        for nd in graph_def.node:
+            if nd.name in scope_of:
+                continue
+            inputs = {scope_of.get(i.lstrip("^").split(":")[0]) for i in nd.input} - {None}
+            scope = next((s for s in inputs if nd.name in SCOPE_NAMES.get(s, ())), None)
+            if scope is not None:
+                nd.attr[SCOPE_ATTR].s = scope
+                scope_of[nd.name] = scope

@@ -17,10 +17,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 
-from tfjit.graph.graphdef import Graph
+from tfjit.graph.graphdef import ARG_PREFIX, RET_PREFIX, Graph  # noqa: F401  (also read from here)
 from tfjit.graph.mark import STRUCTURAL
-
-ARG_PREFIX, RET_PREFIX = "_arg_", "_retval_"
 
 
 @dataclasses.dataclass

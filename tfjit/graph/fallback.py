@@ -13,27 +13,14 @@ pass never clusters a fallback again.
 """
 from __future__ import annotations
 
-from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
+from tfjit.graph.functions import output_arg_names
+from tfjit.graph.graphdef import ARG_PREFIX, RET_PREFIX
 
 FALLBACK_ATTR = "_tfjit_fallback"
 
 
 def function_name(key: str) -> str:
     return f"__tfjit_fallback_{key}"
-
-
-def _output_arg_names(node_def, op_def) -> list:
-    """FunctionDef names ("out:0", "out:1", "other:0", ...) of each output of a node."""
-    names = []
-    for arg in op_def.output_arg:
-        if arg.number_attr:
-            count = node_def.attr[arg.number_attr].i
-        elif arg.type_list_attr:
-            count = len(node_def.attr[arg.type_list_attr].list.type)
-        else:
-            count = 1
-        names.extend(f"{arg.name}:{k}" for k in range(count))
-    return names
 
 
 def function_def(cluster_graph_def: bytes, key: str):
@@ -63,7 +50,7 @@ def function_def(cluster_graph_def: bytes, key: str):
             raise ValueError(f"fallback for cluster {key}: unknown op {nd.op} (node {nd.name})")
         if op_def.is_stateful:
             fdef.signature.is_stateful = True
-        for k, ref in enumerate(_output_arg_names(nd, op_def)):
+        for k, ref in enumerate(output_arg_names(nd, op_def)):
             outputs[f"{nd.name}:{k}"] = f"{nd.name}:{ref}"
         outputs[nd.name] = outputs.get(f"{nd.name}:0", nd.name)
         body = fdef.node_def.add()

@@ -12,7 +12,7 @@ its outputs; the lowering then treats a body exactly like a cluster.
 """
 from __future__ import annotations
 
-from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
+from tfjit.graph.graphdef import ARG_PREFIX, RET_PREFIX
 from tfjit.graph.graphdef import Graph
 
 FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
@@ -52,12 +52,24 @@ def _output_names(node_def, library: dict) -> list:
     if node_def.op in library:
         return [f"{a.name}:0" for a in library[node_def.op].signature.output_arg]
     from tensorflow.python.framework import op_def_registry
-
-    from tfjit.graph.fallback import _output_arg_names
     op_def = op_def_registry.get(node_def.op)
     if op_def is None:
         raise ValueError(f"unknown op {node_def.op} (node {node_def.name})")
-    return _output_arg_names(node_def, op_def)
+    return output_arg_names(node_def, op_def)
+
+
+def output_arg_names(node_def, op_def) -> list:
+    """FunctionDef names ("out:0", "out:1", "other:0", ...) of each output of a node."""
+    names = []
+    for arg in op_def.output_arg:
+        if arg.number_attr:
+            count = node_def.attr[arg.number_attr].i
+        elif arg.type_list_attr:
+            count = len(node_def.attr[arg.type_list_attr].list.type)
+        else:
+            count = 1
+        names.extend(f"{arg.name}:{k}" for k in range(count))
+    return names
 
 
 def function_graph(fdef, library: dict) -> Graph:

@@ -12,6 +12,9 @@ import dataclasses
 
 from tfjit import dtypes as dt
 
+# The names of a cluster's argument and result nodes (graph/cluster.py makes them).
+ARG_PREFIX, RET_PREFIX = "_arg_", "_retval_"
+
 
 @dataclasses.dataclass(frozen=True)
 class TFType:

@@ -69,7 +69,7 @@ def _function_reason(fname: str, library: dict, memo: dict) -> str | None:
     if fname not in library:
         memo[fname] = f"function {fname} is not in the graph's library"
         return memo[fname]
-    from tfjit.graph.cluster import RET_PREFIX
+    from tfjit.graph.graphdef import RET_PREFIX
     from tfjit.graph.functions import function_graph
     try:
         body = function_graph(library[fname], library)

@@ -17,6 +17,7 @@ from tfjit.graph.mark import STRUCTURAL
 from tfjit.ir import interp
 from tfjit.ir.module import Instr, IRError, Module
 import tfjit.lower  # noqa: F401  (registers the rules)
+from tfjit.lower import layout
 from tfjit.lower.registry import Unsupported, lower_node
 from tfjit.lower.variables import Variable
 
@@ -85,7 +86,11 @@ def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") ->
         if node.op in STRUCTURAL:
             continue
         try:
-            outs = lower_node(m, node, [values[src] for src in node.inputs], functions)
+            args = [values[src] for src in node.inputs]
+            if layout.is_nchw(node):     # the NHWC rule between transposes
+                outs = layout.lower_nchw(m, node, args, lambda m_, n_, xs: lower_node(m_, n_, xs, functions))
+            else:
+                outs = lower_node(m, node, args, functions)
         except (Unsupported, IRError) as e:
             raise LoweringError(node.name, node.op, getattr(e, "reason", str(e))) from None
         for k, v in enumerate(outs):

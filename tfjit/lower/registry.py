@@ -139,10 +139,6 @@ def refusal(node: Node) -> str | None:
 
 
 def lower_node(m: Module, node: Node, inputs: list, functions=None) -> list:
-    from tfjit.lower import layout
-    if layout.is_nchw(node):      # the NHWC rule between transposes (lower/layout.py)
-        return layout.lower_nchw(m, node, inputs,
-                                 lambda m_, n_, xs: lower_node(m_, n_, xs, functions))
     rule = _rule(node)
     reason = refusal(node)
     if reason:
