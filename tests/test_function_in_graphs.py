@@ -102,3 +102,16 @@ def test_a_function_passed_as_a_default_argument_is_still_compiled(rng):
     x = tf.constant(rng.standard_normal((4, 5)), tf.float32)
     assert_matches(outer(x).numpy(), (tf.exp(x) * 2.0 + 1.0).numpy(), rtol=1e-6)
     assert jit.experimental_get_compile_count() == 1
+
+
+def test_a_callable_object_whose_attributes_share_tfjits_names_is_wrapped(rng):
+    class Scaled:                       # a Keras layer has _lock; objects may have any of these
+        _lock, _entries, _fn, name = True, "mine", None, "scaled"
+
+        def __call__(self, x):
+            return x * 3.0
+    obj = Scaled()
+    jit = tfjit.function(obj)
+    x = tf.constant(rng.standard_normal(4), tf.float32)
+    assert_matches(jit(x).numpy(), x.numpy() * 3.0, rtol=1e-6)
+    assert obj._lock is True and obj._entries == "mine"

@@ -110,9 +110,10 @@ class Function:
         self._entries: dict = {}
         self._lock = threading.Lock()
         self.name = name or getattr(fn, "__name__", "fn")
-        functools.update_wrapper(self, fn)
-        # no __wrapped__: TensorFlow follows it (tf.function with this object as a default
-        # argument, strategy.run through AutoGraph) and would call ``fn`` uncompiled
+        # the name and doc only: merging fn's __dict__ let a wrapped object's attributes
+        # replace this one's (a Keras layer's _lock); and no __wrapped__: TensorFlow follows
+        # it (a default argument of a tf.function, strategy.run) and calls fn uncompiled
+        functools.update_wrapper(self, fn, updated=())
         del self.__wrapped__
 
     def __get__(self, instance, owner):

@@ -1,4 +1,4 @@
 """TF op → tfjit IR lowerings.  Importing this package registers every rule."""
 from tfjit.lower import (bitwise, conv, control_flow, elementwise, indexing, linalg,  # noqa: F401
                          random, reduce, shape, split, tensor_list, variables)
-from tfjit.lower import batch_norm, indexing_nd, movement_grad, nn, nn_grad, pooling  # noqa: F401
+from tfjit.lower import batch_norm, image, indexing_nd, movement_grad, nn, nn_grad, pooling  # noqa: F401

@@ -128,6 +128,12 @@ def _reciprocal(ctx):
     return ctx.m.elementwise(Op.DIV, scalar_like(ctx.m, 1, x), x)
 
 
+@register("Rint", dtypes=FLOATS, half_in_f32=True)
+def _rint(ctx):
+    """Round half to even (std::rint in the default rounding mode), as Round on floats."""
+    return ctx.m.elementwise(Op.ROUND_EVEN, ctx.inputs[0])
+
+
 @register("Round", half_in_f32=True)
 def _round(ctx):
     x = ctx.inputs[0]
