@@ -48,9 +48,16 @@ def seed():
         t = tf.exp(x * 0.5) + tf.cast(ctx.replica_id_in_sync_group, tf.float32)
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, t) * 2.0 - tf.reduce_max(t)
 
+    def auto_fn(x):             # jit_compile=None: tf.unique stays TF's, the rest compiles
+        u, _ = tf.unique(tf.cast(x, tf.int32) % 3)
+        t = tf.exp(x * 0.25) * tf.cast(tf.size(u), tf.float32)
+        return tf.distribute.get_replica_context().all_reduce("SUM", t) - 1.0
+
     out = {}
-    for name, fn, args in [("seed", step_fn, ()), ("shifted", shifted_fn, (tf.range(8.0),))]:
-        jit = tfjit.function(fn, jit_compile=True)
+    for name, fn, args, jit_compile in [("seed", step_fn, (), True),
+                                        ("auto", auto_fn, (tf.range(8.0),), None),
+                                        ("shifted", shifted_fn, (tf.range(8.0),), True)]:
+        jit = tfjit.function(fn, jit_compile=jit_compile)
         run_jit = tf.function(lambda *a, f=jit: strategy.run(f, args=a))
         run_ref = tf.function(lambda *a, f=fn: strategy.run(f, args=a))
         out[name] = (local(run_jit(*args)), local(run_ref(*args)))

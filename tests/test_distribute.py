@@ -46,8 +46,11 @@ def test_the_seed_example_and_code_around_a_collective(devices):
     replicas = [_devices(nodes) for _, nodes in r["clusters"]]
     assert all(len(d) == 1 for d in replicas), r["clusters"]       # never across replicas
     assert {d for s in replicas for d in s} == {f"replica_{i}" for i in range(devices)}
-    assert len(r["clusters"]) == 2 * devices
-    assert r["launch"]["misses"] == 2 * devices and r["launch"]["hits"] == 0
+    # per replica, shifted: before and after the collective; auto: before and after
+    # tf.unique (TF's), and after the collective
+    assert len(r["clusters"]) == 5 * devices
+    assert not any(n.endswith("Unique") for _, nodes in r["clusters"] for n in nodes)
+    assert r["launch"]["misses"] == 5 * devices and r["launch"]["hits"] == 0
     # tfjit.explain shows the same clusters and the collectives as boundaries
     explained = r["explain"]
     assert len(explained["clusters"]) == 2 * devices
@@ -139,7 +142,7 @@ def test_multi_worker_mirrored_strategy_on_loopback():
                        if ln.startswith("RESULT ")]
         for name, (got, want) in seed["results"].items():
             np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
-        assert len(seed["clusters"]) == 2           # one replica per worker: before and after
+        assert len(seed["clusters"]) == 5           # one replica per worker (as above)
         assert train["steps"] == 50
         np.testing.assert_allclose(train["losses"], train["ref_losses"], rtol=1e-5)
         for w, ref in zip(train["weights"], train["ref_weights"]):

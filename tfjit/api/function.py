@@ -128,7 +128,7 @@ class Function:
     def __call__(self, *args, **kwargs):
         if self.jit_compile is False:
             return self._tf(*args, **kwargs)
-        if self.jit_compile is True and replica.in_replica():    # called by strategy.run
+        if replica.in_replica():    # called by strategy.run (jit_compile True or None)
             if not tf.executing_eagerly():
                 return replica.call(self, args, kwargs)
             try:

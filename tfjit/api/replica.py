@@ -16,7 +16,8 @@ tfjit keeps TensorFlow's engine for the devices and compiles each replica:
    ``merge_call`` creates on the main thread are not seen);
 3. must-compile still holds: a recorded op tfjit cannot compile is an
    InvalidArgumentError naming it, now (a ``fall_back`` function, Keras's
-   "auto", leaves the replica's ops to TensorFlow instead), unless it is a collective
+   "auto", leaves the replica's ops to TensorFlow instead; ``jit_compile=None``
+   leaves just the ops it cannot compile), unless it is a collective
    (``COLLECTIVE_OPS``): collectives stay TensorFlow ops, the one exception to
    must-compile;
 4. the other recorded ops get ``_tfjit_scope``; the graph pass
@@ -125,7 +126,10 @@ def _scope(function, graph, recorded: list) -> None:
     marks = mark(view)
     refused = [(op.name, op.type, marks[op.name]) for op in recorded
                if marks.get(op.name) and op.type not in COLLECTIVE_OPS]
-    if refused:
+    if refused and function.jit_compile is None:   # auto-clustering: TF runs those ops
+        left = {n for n, _, _ in refused}
+        recorded = [op for op in recorded if op.name not in left]
+    elif refused:
         error = errors.unsupported(f"{name} (in a replica of {graph.name})", refused, graph)
         function._refuse(error)     # raises, unless a fall_back function: then TF runs it
         return
