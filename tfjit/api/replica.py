@@ -117,8 +117,8 @@ def call(function, args, kwargs):
             "optimizer's gradient aggregation) inside control flow (tf.cond, tf.while_loop, a "
             "Python if/for over tensors) cannot be a boundary between compiled segments; move "
             f"it out of the control flow. TensorFlow said: {_merge_call_line(str(e))}")) from None
-    ops = {id(op): op for op in list(seen._seen_nodes) + recorded if op.graph is graph}
-    _scope(function, graph, sorted(ops.values(), key=lambda op: op._id))
+    created = {id(op): op for op in list(seen._seen_nodes) + recorded if op.graph is graph}
+    _scope(function, graph, sorted(created.values(), key=lambda op: op._id))
     return result
 
 
