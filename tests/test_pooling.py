@@ -167,11 +167,13 @@ def test_max_pool_unused_orig_output():
     assert_matches(tfjit.function(fn, jit_compile=True)(*args).numpy(), tf.function(fn)(*args).numpy())
 
 
-def test_unsupported_layouts_are_refused():
+def test_nchw_compiles_and_pooling_across_depth_is_refused():
+    # NCHW, which TF's CPU kernel refuses, compiles (tests/test_nchw.py has the table)
     fn = lambda x: R.MaxPool(input=x, ksize=[1, 1, 2, 2], strides=[1, 1, 2, 2], padding="VALID",  # noqa: E731
                              data_format="NCHW")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="only supports NHWC"):
-        tfjit.function(fn, jit_compile=True)(tf.zeros([1, 2, 4, 4]))
+    x = tf.reshape(tf.range(32.0), [1, 2, 4, 4])
+    want = tf.transpose(tf.nn.max_pool2d(tf.transpose(x, [0, 2, 3, 1]), 2, 2, "VALID"), [0, 3, 1, 2])
+    np.testing.assert_array_equal(tfjit.function(fn, jit_compile=True)(x).numpy(), want.numpy())
     depthwise = lambda x: R.MaxPool(input=x, ksize=[1, 1, 1, 2], strides=[1, 1, 1, 2],  # noqa: E731
                                     padding="VALID")
     with pytest.raises(tf.errors.InvalidArgumentError, match="across batch or depth"):
