@@ -37,26 +37,12 @@ def _setup(devices: int):
     return tf
 
 
-def _mlp(tf, strategy, rng):
-    import keras
-    init = keras.initializers.GlorotUniform(seed=1)
-    sizes = [784, 1024, 1024, 10]
+def _mlp(strategy, rng):
+    """train_bench's MLP step, its variables and optimizer made under the strategy
+    (mirrored)."""
+    import train_bench
     with strategy.scope():
-        ws = []
-        for a, b in zip(sizes, sizes[1:]):
-            ws += [tf.Variable(init((a, b))), tf.Variable(tf.zeros([b]))]
-        opt = keras.optimizers.Adam(1e-3)
-        opt.build(ws)
-
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            h = x
-            for k in range(0, len(ws) - 2, 2):
-                h = tf.nn.relu(tf.matmul(h, ws[k]) + ws[k + 1])
-            logits = tf.matmul(h, ws[-2]) + ws[-1]
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
-        opt.apply_gradients(zip(tape.gradient(loss, ws), ws))
-        return loss
+        step, _ = train_bench.mlp(rng)
     return step
 
 
@@ -66,7 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args(argv)
     tf = _setup(args.devices)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.dirname(here), here]      # tfjit, and train_bench beside this file
     import tfjit
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.devices)])
     rng = np.random.default_rng(0)
@@ -83,7 +70,7 @@ def main(argv=None) -> int:
              "tfjit": lambda f: tfjit.function(f, jit_compile=True)}
     steps, out = {}, {}
     for mode, wrap in wraps.items():
-        replica_step = wrap(_mlp(tf, strategy, rng))
+        replica_step = wrap(_mlp(strategy, rng))
         f = tf.function(lambda a, b, s=replica_step: strategy.reduce(
             "SUM", strategy.run(s, args=(a, b)), axis=None))
         try:
