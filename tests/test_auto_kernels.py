@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from oracle import assert_matches
-from tfjit import config
+from tfjit import config, settings
 from tfjit.api import autojit
 from tfjit.api.function import function as tfjit_function
 from tfjit.api.service import SERVICE
@@ -132,15 +132,15 @@ def test_a_lone_multi_pass_op_is_a_cluster_and_a_lone_one_pass_op_is_not():
 
 def test_softmax_counts_as_one_op_when_tensorflow_runs_onednn(monkeypatch):
     # With oneDNN on, TF swaps Softmax for _MklSoftmax (one fused pass) after tfjit's pass.
-    monkeypatch.setattr(config, "onednn_enabled", lambda: True)
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
     assert "Softmax" not in auto.op_weights() and auto.op_weights()["LogSoftmax"] == 4
     assert "Softmax" not in auto.Options().weights
-    monkeypatch.setattr(config, "onednn_enabled", lambda: False)
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: False)
     assert auto.Options().weights["Softmax"] == 4
 
 
 def test_a_function_of_one_softmax_is_one_launch_but_eager_ops_never_are(auto_mode, monkeypatch):
-    monkeypatch.setattr(config, "onednn_enabled", lambda: False)
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: False)
     seen = []        # (function name, graph bytes) of every graph the pass was offered
 
     def spy(data, is_function, jit_level, function_name):

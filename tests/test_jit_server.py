@@ -19,7 +19,7 @@ import tensorflow as tf
 
 import tfjit
 from oracle import assert_matches
-from tfjit import config
+from tfjit import config, pipeline
 from tfjit.codegen import jit_server, llvm_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,7 +70,7 @@ def test_code_is_a_loaded_shared_library():
 
 
 def test_a_server_that_dies_is_an_error_and_the_next_compile_starts_another():
-    client = llvm_cpu.server()
+    client = llvm_cpu.server(pipeline.jit_compiler())
     _check(_fn(3.0))
     first = client.pid
     with pytest.raises(jit_server.ServerDied, match=r"ended \(exit code 7\) while running 'exit'"):
@@ -106,11 +106,12 @@ def test_llvm_in_process(why, monkeypatch):
     monkeypatch.setattr(llvm_cpu, "_client", None)
     if why == "flag":
         monkeypatch.setattr(config.flags(), "tfjit_compile_in_process", True)
+        assert pipeline.jit_target().compiler.in_process     # the Target carries the choice
     else:
         monkeypatch.setattr(loader, "linker", lambda: None)
     code = _check(_fn(8.0 if why == "flag" else 9.0))
     assert code.engine.__class__.__name__ != "CDLL"       # MCJIT's engine
-    assert llvm_cpu.target_env()["loader"] == "mcjit"
+    assert llvm_cpu.target_env(pipeline.jit_compiler())["loader"] == "mcjit"
 
 
 def test_code_that_cannot_be_loaded_moves_llvm_into_this_process(monkeypatch, caplog):
@@ -119,13 +120,13 @@ def test_code_that_cannot_be_loaded_moves_llvm_into_this_process(monkeypatch, ca
 
     def refuse(*args, **kwargs):
         raise loader.LinkError("loading compiled code failed: failed to map segment")
-    monkeypatch.setattr(llvm_cpu, "_client", llvm_cpu.server())
+    monkeypatch.setattr(llvm_cpu, "_client", llvm_cpu.server(pipeline.jit_compiler()))
     monkeypatch.setattr(loader, "load", refuse)
     with caplog.at_level(logging.WARNING, logger="tfjit"):
         code = _check(_fn(10.0))
     assert code.engine.__class__.__name__ != "CDLL"
     assert "failed to map segment; LLVM runs in this process from now on" in caplog.text
-    assert llvm_cpu.server() is None
+    assert llvm_cpu.server(pipeline.jit_compiler()) is None
     _check(_fn(11.0))
 
 
@@ -162,7 +163,7 @@ def test_a_stopped_server_is_a_timeout_not_a_hang_and_is_replaced():
 
 
 def test_a_stopped_server_is_an_auto_mode_fallback(monkeypatch, caplog):
-    client = llvm_cpu.server()
+    client = llvm_cpu.server(pipeline.jit_compiler())
     _check(_fn(21.0))            # scales no other test compiles: nothing cached
     monkeypatch.setattr(client, "timeout", 1.0)
     os.kill(client.pid, signal.SIGSTOP)

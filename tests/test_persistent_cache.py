@@ -159,7 +159,9 @@ def test_entry_of_another_key_is_never_loaded(tfjit, cache, inputs):
     (name,) = entries(cache)
     path = os.path.join(cache.directory, name)
     key = bytes.fromhex(name[:-len(".tfjit")])
-    other = objcache.cache_key("; some other module\n")
+    from tfjit import pipeline
+    other = objcache.cache_key("; some other module\n",
+                               objcache.environment(pipeline.jit_compiler()))
     cache.put(other, diskcache.unpack(key, open(path, "rb").read()))
     shutil.copyfile(cache.path(other), path)
     assert not compile_and_check(tfjit, inputs).code.from_cache
@@ -196,17 +198,18 @@ def test_entries_of_other_versions_or_cpus_are_not_used(tfjit, cache, inputs, mo
     """An entry written by another tfjit/LLVM version, for other CPU features or for the
     other loader (MCJIT's objects are not shared libraries') has another key, so it is
     never looked up: the compile is a miss and recompiles."""
+    from tfjit import pipeline
     from tfjit.codegen import llvm_cpu, objcache
-    env = llvm_cpu.target_env()
+    env = llvm_cpu.target_env(pipeline.jit_compiler())
     other = {"cpu_features": {"cpu": env["cpu"] + ",-avx512f"}, "llvm_version": {"llvm": "1.0.0"},
              "loader": {"loader": "mcjit" if env["loader"] == "dlopen" else "dlopen"}}
     with monkeypatch.context() as m:
         if what == "tfjit_version":
             m.setattr(tfjit, "__version__", "0.0.1-old")
         elif what == "loader":          # the key reads the loader from llvm_cpu.loader()
-            m.setattr(llvm_cpu, "loader", lambda: other["loader"]["loader"])
+            m.setattr(llvm_cpu, "loader", lambda compiler: other["loader"]["loader"])
         else:
-            m.setattr(llvm_cpu, "target_env", lambda: env | other[what])
+            m.setattr(llvm_cpu, "target_env", lambda compiler: env | other[what])
         objcache.environment.cache_clear()
         try:
             assert not compile_and_check(tfjit, inputs).code.from_cache

@@ -17,9 +17,9 @@ import time
 
 def build(into: str | None, host: bool) -> list[str]:
     """Builds the libraries; returns their paths."""
-    from tfjit import config
+    from tfjit import settings
     from tfjit.runtime import build as b
-    root = into or os.path.join(config.cache_root(), "ops")
+    root = into or os.path.join(settings.cache_root(), "ops")
     paths = [b.op_library_path(root, prebuilt=not into)]
     if host:
         paths.append(b.host_library_path(root))

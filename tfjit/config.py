@@ -1,110 +1,21 @@
-"""tfjit's flags and environment: the only module that reads environment variables.
+"""tfjit's configuration, from code: the public face of ``tfjit.settings``.
 
-Flags come from ``TFJIT_FLAGS`` (never from ``TF_XLA_FLAGS``/``XLA_FLAGS``,
-which belong to TensorFlow's XLA and abort the process on unknown flags).
-Flag names mirror TF's; the TF spellings (``--tf_xla_auto_jit`` ...) are
-accepted as aliases.  An unknown flag is an error that lists the valid ones.
+    tfjit.config.set_jit("autoclustering")      # as tf.config.optimizer.set_jit
+    tfjit.config.set_flags(tfjit_dump_to="/tmp/dump")
+
+The flags themselves, and everything read from the environment, live in
+``tfjit/settings.py``, which tfjit's modules import; this module is for users
+and may reach into the API (``set_jit`` activates the graph pass), which
+nothing inside tfjit imports back.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
-import shlex
 import sys
 
-
-class FlagError(ValueError):
-    """A malformed or unknown flag in TFJIT_FLAGS."""
-
-
-@dataclasses.dataclass
-class Flags:
-    tfjit_auto_jit: int = 0                  # -1 off, 0 follow ConfigProto, 1/2 on
-    tfjit_cpu_global_jit: bool = False
-    tfjit_min_cluster_size: int = 4
-    tfjit_max_cluster_size: int = 0          # 0: unbounded
-    tfjit_ops_to_cluster: str = ""
-    tfjit_cluster_exclude_ops: str = ""
-    tfjit_clustering_debug: bool = False
-    tfjit_enable_lazy_compilation: bool = True
-    tfjit_deterministic_cluster_names: bool = False
-    tfjit_fallback: bool = True
-    tfjit_dump_to: str = ""                  # directory for per-cluster dumps (api/dump.py)
-    tfjit_dump_ir_as_dot: bool = False       # also dump the optimised IR as graphviz .dot
-    tfjit_dump_pass_re: str = ""             # dump the IR after every pass whose name matches
-    tfjit_bug_report: str = ""               # directory for a self-contained bug report
-    tfjit_persistent_cache_directory: str = ""   # on-disk compile cache (off when empty)
-    tfjit_compile_cache_size: int = 256      # compiled signatures kept in memory (LRU)
-    tfjit_compile_in_process: bool = False   # run LLVM in this process (not the compile server)
-    tfjit_compile_timeout: float = 300.0     # seconds a compile server request may take
-    tfjit_verify_ir: bool = False            # the IR verifier after every pass (the tests turn it on)
-
-
-_ALIASES = {"tf_xla_" + f.name[len("tfjit_"):]: f.name for f in dataclasses.fields(Flags)}
-
-
-def _convert(field: dataclasses.Field, text: str):
-    if field.type in ("bool", bool):
-        if text.lower() in ("", "1", "true", "yes"):
-            return True
-        if text.lower() in ("0", "false", "no"):
-            return False
-        raise FlagError(f"--{field.name} expects true/false, got {text!r}")
-    if field.type in ("int", int):
-        try:
-            return int(text)
-        except ValueError:
-            raise FlagError(f"--{field.name} expects an integer, got {text!r}") from None
-    if field.type in ("float", float):
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not value > 0:
-            raise FlagError(f"--{field.name} expects a positive number, got {text!r}")
-        return value
-    return text
-
-
-def parse_flags(text: str) -> Flags:
-    flags = Flags()
-    fields = {f.name: f for f in dataclasses.fields(Flags)}
-    for token in shlex.split(text or ""):
-        if not token.startswith("--"):
-            raise FlagError(f"TFJIT_FLAGS: expected --name[=value], got {token!r}")
-        name, eq, value = token[2:].partition("=")
-        name = _ALIASES.get(name, name)
-        if name not in fields:
-            valid = ", ".join("--" + f for f in fields)
-            raise FlagError(f"TFJIT_FLAGS: unknown flag --{name}. Valid flags: {valid}")
-        field = fields[name]
-        if not eq and field.type not in ("bool", bool):
-            raise FlagError(f"--{name} needs a value (--{name}=...)")
-        setattr(flags, name, _convert(field, value))
-    return flags
-
-
-_flags: Flags | None = None
-
-
-def flags() -> Flags:
-    """The process's flags, parsed from TFJIT_FLAGS on first use."""
-    global _flags
-    if _flags is None:
-        _flags = parse_flags(os.environ.get("TFJIT_FLAGS", ""))
-        if not _flags.tfjit_persistent_cache_directory:
-            _flags.tfjit_persistent_cache_directory = os.environ.get("TFJIT_CACHE_DIR", "")
-    return _flags
-
-
-def set_flags(**values) -> None:
-    """Overrides flags from code (tests, notebooks)."""
-    f = flags()
-    for k, v in values.items():
-        if not hasattr(f, k):
-            raise FlagError(f"unknown flag {k}")
-        setattr(f, k, v)
+from tfjit.settings import (  # noqa: F401  (the public names)
+    FlagError, Flags, cache_root, flags, onednn_enabled, parse_flags, set_flags,
+    tf_dump_graph_prefix)
 
 
 _JIT_MODES = {"autoclustering": 2, True: 2, False: -1, None: 0}
@@ -139,25 +50,3 @@ def set_dump_dir(path: str | None) -> None:
     """Dumps every cluster compiled from now on into ``path`` (``--tfjit_dump_to``);
     ``None`` or ``""`` turns dumping off."""
     set_flags(tfjit_dump_to=os.fspath(path) if path else "")
-
-
-def cache_root() -> str:
-    """Where built artefacts (the launch op library) are cached."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "tfjit")
-
-
-def tf_dump_graph_prefix() -> str:
-    """TensorFlow's ``TF_DUMP_GRAPH_PREFIX``: where graph dumps go (clustering debug)."""
-    return os.environ.get("TF_DUMP_GRAPH_PREFIX", "")
-
-
-@functools.lru_cache(maxsize=1)
-def onednn_enabled() -> bool:
-    """Does TensorFlow rewrite graphs to its oneDNN kernels (``TF_ENABLE_ONEDNN_OPTS``,
-    which TF turns on by itself on CPUs with AVX512_VNNI/BF16 or AMX)?"""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return False

@@ -22,11 +22,11 @@ import dataclasses
 import itertools
 import time
 
-from tfjit import config
+from tfjit import settings
 from tfjit import dtypes as dt
 from tfjit.codegen import control, library, llvm_cpu, objcache
 from tfjit.codegen.elemental import MESSAGES
-from tfjit.codegen.target import NotForTarget, Target
+from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.graph.graphdef import Graph
 from tfjit.ir import text, verify
 from tfjit.ir.module import Module
@@ -93,7 +93,7 @@ class Options:
 
     @staticmethod
     def from_flags() -> "Options":
-        return Options(verify=config.flags().tfjit_verify_ir)
+        return Options(verify=settings.flags().tfjit_verify_ir)
 
 
 def optimize(m: Module, options: Options | None = None, after_pass=None) -> Optimized:
@@ -143,12 +143,20 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
     return Emitted(llmod, steps, messages, runtime)
 
 
+def jit_compiler() -> Compiler:
+    """Where the JIT's LLVM runs, as the flags ask (--tfjit_compile_in_process,
+    --tfjit_compile_timeout): the one place that reads them."""
+    f = settings.flags()
+    return Compiler(in_process=f.tfjit_compile_in_process, timeout=f.tfjit_compile_timeout)
+
+
 def jit_target() -> Target:
     """The JIT's target: the code this process's compile server (or in-process LLVM)
     makes, run inside the launch op, with TF's oneDNN choice for this CPU."""
-    env = llvm_cpu.target_env()
+    compiler = jit_compiler()
+    env = llvm_cpu.target_env(compiler)
     return Target("cpu-jit", env["triple"], env["data_layout"], runtime_calls=True,
-                  onednn=config.onednn_enabled())
+                  onednn=settings.onednn_enabled(), compiler=compiler)
 
 
 @dataclasses.dataclass
@@ -187,8 +195,10 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
     start = time.perf_counter()
     signature = [(p.dtype, p.shape) for p in m.params]
     o = optimize(m, after_pass=after_pass)
-    e = emit(o, jit_target(), name)
-    code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], runtime=e.runtime)
+    target = jit_target()
+    e = emit(o, target, name)
+    code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], target.compiler,
+                                   runtime=e.runtime)
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],

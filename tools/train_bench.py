@@ -179,8 +179,10 @@ def vm_hwm_mb() -> float:
 
 def compile_server_hwm_mb() -> float | None:
     """Peak RSS of tfjit's compile server (codegen/jit_server.py), if one runs."""
+    from tfjit import pipeline
     from tfjit.codegen import llvm_cpu
-    client = llvm_cpu.server() if "tfjit.codegen.llvm_cpu" in sys.modules else None
+    client = (llvm_cpu.server(pipeline.jit_compiler())
+              if "tfjit.codegen.llvm_cpu" in sys.modules else None)
     if client is None or client.pid is None:
         return None
     with open(f"/proc/{client.pid}/status") as f:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfjit import config
+from tfjit import settings
 from tfjit.api import binding
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
@@ -24,7 +24,7 @@ class AutoEntry:
     def __init__(self, cf):
         gd = cf.graph.as_graph_def()
         fn_outputs = [(t.op.name, t.value_index) for t in cf.outputs]
-        result = auto.cluster_graph(gd, tensor_info(cf.graph), auto.Options.from_flags(config.flags()),
+        result = auto.cluster_graph(gd, tensor_info(cf.graph), auto.Options.from_flags(settings.flags()),
                                     outputs=fn_outputs)
         debug.maybe_dump_clustering(gd, result)
         self.result = result

@@ -23,7 +23,7 @@ import collections
 import logging
 import threading
 
-from tfjit import config
+from tfjit import settings
 
 log = logging.getLogger("tfjit")
 
@@ -52,7 +52,7 @@ def activate(must: bool = False) -> None:
     with _lock:
         if _active:
             return
-        Options.from_flags(config.flags())     # a bad op list is an error now, not per graph
+        Options.from_flags(settings.flags())     # a bad op list is an error now, not per graph
         try:
             SERVICE.install()
         except BuildError as e:   # auto mode never breaks a working program
@@ -82,7 +82,7 @@ def deactivate() -> None:
 
 def wanted(jit_level: int) -> bool:
     """Does auto mode cluster a graph whose ConfigProto says ``jit_level``?"""
-    flags = config.flags()
+    flags = settings.flags()
     if flags.tfjit_auto_jit < 0:
         return False
     if flags.tfjit_auto_jit == 0 and jit_level not in (1, 2):   # OptimizerOptions ON_1, ON_2
@@ -118,7 +118,7 @@ def on_graph(data: bytes, is_function: bool, jit_level: int,
     info = _tensor_info(gd)
     for nd in gd.node:
         del nd.attr[_TYPES_ATTR]
-    options = auto.Options.from_flags(config.flags())
+    options = auto.Options.from_flags(settings.flags())
     if scoped:
         auto.restore_scopes(gd)
         options = auto.Options.scoped(options)

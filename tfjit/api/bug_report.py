@@ -18,7 +18,7 @@ import platform
 import shlex
 import threading
 
-from tfjit import config
+from tfjit import settings
 
 _lock = threading.Lock()
 _at_exit: set = set()
@@ -27,10 +27,10 @@ BEFORE = ".before_optimizations.txt"
 
 def flags_text() -> str:
     """The flags in effect as a TFJIT_FLAGS value: every flag that differs from its
-    default, whether it came from the environment or from ``config.set_flags``."""
-    current, default = config.flags(), config.Flags()
+    default, whether it came from the environment or from ``settings.set_flags``."""
+    current, default = settings.flags(), settings.Flags()
     parts = []
-    for f in dataclasses.fields(config.Flags):
+    for f in dataclasses.fields(settings.Flags):
         value = getattr(current, f.name)
         if value != getattr(default, f.name):
             text = str(value).lower() if isinstance(value, bool) else str(value)

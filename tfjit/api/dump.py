@@ -29,7 +29,7 @@ import os
 import re
 import threading
 
-from tfjit import config
+from tfjit import settings
 
 log = logging.getLogger("tfjit")
 
@@ -77,7 +77,7 @@ def files_for(compiled) -> dict:
         "ir-with-opt.ll": code.optimized_ir,
         "s": code.asm(),
     }
-    if config.flags().tfjit_dump_ir_as_dot:
+    if settings.flags().tfjit_dump_ir_as_dot:
         files["after_optimizations.dot"] = ir_dot(compiled)
     if getattr(compiled, "cluster_def", b""):
         files[CLUSTER_SUFFIX] = cluster_pbtxt(compiled)
@@ -130,7 +130,7 @@ def next_number() -> int:
 def dump_dirs() -> list:
     """Where compiled modules are dumped: ``--tfjit_dump_to`` and the bug report's
     ``modules`` folder (both, with one NNNN, when both are set)."""
-    f = config.flags()
+    f = settings.flags()
     dirs = [f.tfjit_dump_to] if f.tfjit_dump_to else []
     if f.tfjit_bug_report:
         dirs.append(os.path.join(f.tfjit_bug_report, "modules"))
@@ -151,10 +151,10 @@ def maybe_dump(compiled, passes=None) -> None:
         except Exception as e:   # a broken dump must never break compilation
             log.warning("tfjit: could not dump %s to %s: %s", getattr(compiled, "name", "?"),
                         directory, e)
-    if config.flags().tfjit_bug_report:
+    if settings.flags().tfjit_bug_report:
         from tfjit.api import bug_report
         try:
-            bug_report.write_readme(config.flags().tfjit_bug_report)
+            bug_report.write_readme(settings.flags().tfjit_bug_report)
         except Exception as e:
             log.warning("tfjit: could not write the bug report README: %s", e)
 
@@ -190,7 +190,7 @@ class PassRecorder:
 def pass_hook() -> PassRecorder | None:
     """A PassRecorder when dumping is on and ``--tfjit_dump_pass_re`` is set, else None.
     An invalid regex is logged and dumps no pass."""
-    pattern = config.flags().tfjit_dump_pass_re
+    pattern = settings.flags().tfjit_dump_pass_re
     if not pattern or not dump_dirs():
         return None
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from tfjit import config
+from tfjit import settings
 
 
 @dataclasses.dataclass
@@ -90,7 +90,7 @@ def analyse(fn, args, kwargs) -> ExplainOutput:
     from tfjit.graph.mark import STRUCTURAL
     cf = _concrete(fn, args, kwargs)
     gd = cf.graph.as_graph_def()
-    options = auto.Options.from_flags(config.flags())
+    options = auto.Options.from_flags(settings.flags())
     scoped = any(auto.SCOPE_ATTR in nd.attr for nd in gd.node)
     if scoped:       # strategy.run of tfjit.functions: what the graph pass will compile
         options = auto.Options.scoped(options)

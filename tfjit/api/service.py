@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 
-from tfjit import config
+from tfjit import settings
 from tfjit.runtime import launch
 
 log = logging.getLogger("tfjit")
@@ -54,9 +54,10 @@ class CompileService:
     def install(self) -> None:
         with self._lock:
             if not self.installed:
+                from tfjit import pipeline
                 from tfjit.codegen import llvm_cpu
-                llvm_cpu.start_server()      # it starts up while the op library loads
-                launch.load(os.path.join(config.cache_root(), "ops"))
+                llvm_cpu.start_server(pipeline.jit_compiler())      # it starts up while the op library loads
+                launch.load(os.path.join(settings.cache_root(), "ops"))
                 launch.set_compile_callback(self.on_miss)
                 self.installed = True
 
@@ -91,7 +92,7 @@ class CompileService:
             self.latest[key] = compiled
             self.compile_counts[key] += 1
             dump.maybe_dump(compiled, passes)
-            while len(self._compiled) > max(config.flags().tfjit_compile_cache_size, 1):
+            while len(self._compiled) > max(settings.flags().tfjit_compile_cache_size, 1):
                 # Only the introspection record goes: the runtime keeps every executable it
                 # has handed to the launch op alive, since kernels may still be running it.
                 self._compiled.popitem(last=False)
@@ -136,7 +137,7 @@ class CompileService:
         signature, warned once per cluster, and is not retried.
         """
         from tfjit.pipeline import signature_of
-        flags = config.flags()
+        flags = settings.flags()
         state = self._states[key]
         name = self.names.get(key, key[:12])
         sig = tuple((d, tuple(s)) for d, s in signature)

@@ -8,8 +8,8 @@ how machine code is made and loaded.  Two ways, one pipeline (``optimise``):
 * through the compile server (``jit_server``, the default): LLVM runs in a
   process of its own and returns a position-independent object, which
   ``runtime/loader.py`` links and dlopens; this process never loads LLVM;
-* in this process, with MCJIT: ``--tfjit_compile_in_process``, or where there
-  is no system linker.  Dumps and introspection of assembly use it too when
+* in this process, with MCJIT: ``Compiler.in_process`` (``--tfjit_compile_in_process``,
+  read by pipeline.jit_compiler), or where there is no system linker.  Dumps and introspection of assembly use it too when
   the server is off.
 
 llvmlite's IR builder is plain Python; only ``llvmlite.binding`` loads LLVM, so
@@ -27,6 +27,7 @@ from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
 from tfjit.codegen.emitter import KernelEmitter
+from tfjit.codegen.target import Compiler
 from tfjit.codegen.update import UpdateEmitter
 from tfjit.passes.fusion import KernelKind
 
@@ -36,13 +37,12 @@ log = logging.getLogger("tfjit")
 _client = None
 
 
-def server():
+def server(compiler: Compiler):
     """The compile server's client, or None when LLVM runs in this process."""
     global _client
-    from tfjit import config
     from tfjit.codegen import jit_server
     from tfjit.runtime import loader
-    if config.flags().tfjit_compile_in_process:
+    if compiler.in_process:
         return None
     with _lock:
         if _client is None:
@@ -50,22 +50,22 @@ def server():
                 log.info("tfjit: no system linker (ld): LLVM runs in this process")
                 _client = False
             else:
-                _client = jit_server.Client(timeout=config.flags().tfjit_compile_timeout)
+                _client = jit_server.Client(timeout=compiler.timeout)
     return _client or None
 
 
-def start_server() -> None:
+def start_server(compiler: Compiler) -> None:
     """Starts the compile server now, if there is to be one, so that its start-up
     (Python, llvmlite, LLVM's target) overlaps whatever the caller does next."""
-    client = server()
+    client = server(compiler)
     if client is not None:
         client.start()
 
 
-def target_env() -> dict:
+def target_env(compiler: Compiler) -> dict:
     """{"triple", "data_layout", "cpu", "llvm", "loader"} of the code this process gets
     ("loader": "dlopen" from the compile server, "mcjit" in-process)."""
-    client = server()
+    client = server(compiler)
     if client is not None:
         return client.env() | {"loader": "dlopen"}
     return llvm_target.env(target_machine()) | {"loader": "mcjit"}
@@ -78,10 +78,11 @@ class MachineCode:
     addresses: dict          # symbol -> address
     llvm_ir: str             # before optimisation
     optimized_ir: str
+    compiler: Compiler       # where it was compiled (its assembly is asked there)
     from_cache: bool = False  # loaded from the persistent cache (objcache), not compiled
 
     def asm(self) -> str:
-        client = server()
+        client = server(self.compiler)
         if client is not None:
             return client.request("asm", self.optimized_ir)
         with _lock:
@@ -179,36 +180,39 @@ def _in_process_from_now_on(why: str) -> None:
         _client = False
 
 
-def loader() -> str:
+def loader(compiler: Compiler) -> str:
     """How this process loads the code it compiles now: "dlopen" (a shared library from
     the compile server) or "mcjit" (in-process LLVM)."""
-    return "dlopen" if server() is not None else "mcjit"
+    return "dlopen" if server(compiler) is not None else "mcjit"
 
 
-def compile_module(module: ir.Module, symbols: list, runtime: list = ()) -> MachineCode:
-    return compile_ir(str(module), symbols, runtime=runtime)
+def compile_module(module: ir.Module, symbols: list, compiler: Compiler,
+                   runtime: list = ()) -> MachineCode:
+    return compile_ir(str(module), symbols, compiler, runtime=runtime)
 
 
-def compile_ir(text: str, symbols: list, on_object=None, runtime: list = ()) -> MachineCode:
+def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
+               runtime: list = ()) -> MachineCode:
     """Optimises LLVM IR text and loads its machine code; ``on_object(bytes)`` receives the
     object file (what the persistent cache stores; see ``load_object``).  ``runtime``: the
     op library's functions the code calls (dot, convolution, parallel_for).
 
     Code the server made but this process cannot load (no linker at run time, a /tmp
     mounted noexec, ...) says why once, and LLVM runs here from then on."""
-    client = server()
+    client = server(compiler)
     if client is not None:
         try:
             client.start()
         except OSError as e:       # cannot start a process: say so, compile here
             _in_process_from_now_on(f"cannot start the compile server ({e})")
-            return compile_ir(text, symbols, on_object, runtime)
+            return compile_ir(text, symbols, compiler, on_object, runtime)
         obj, optimized_ir = client.request("compile", text)
         try:
-            code = load_object(obj, symbols, text, optimized_ir, runtime, from_cache=False)
+            code = load_object(obj, symbols, text, optimized_ir, compiler, runtime,
+                               from_cache=False)
         except ValueError as e:
             _in_process_from_now_on(f"cannot load code from the compile server: {e}")
-            return compile_ir(text, symbols, on_object, runtime)
+            return compile_ir(text, symbols, compiler, on_object, runtime)
         if on_object is not None:
             on_object(obj)
         return code
@@ -223,21 +227,22 @@ def compile_ir(text: str, symbols: list, on_object=None, runtime: list = ()) -> 
             engine.set_object_cache(lambda _module, obj: on_object(obj))
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
-    return MachineCode(engine, addresses, text, str(mod))
+    return MachineCode(engine, addresses, text, str(mod), compiler)
 
 
 def load_object(obj: bytes, symbols: list, llvm_ir: str, optimized_ir: str,
-                runtime: list = (), from_cache: bool = True) -> MachineCode:
+                compiler: Compiler, runtime: list = (), from_cache: bool = True) -> MachineCode:
     """Loads an object file that ``compile_ir`` produced on this CPU (no optimisation, no
     codegen).  The caller must have verified ``obj`` (a checksum): LLVM and the dynamic
     linker trust object files.  ValueError when a symbol is missing or it does not load."""
-    if server() is not None:
+    if server(compiler) is not None:
         from tfjit.runtime import loader
         try:
             handle, addresses = loader.load(obj, symbols, _libraries(runtime))
         except loader.LinkError as e:
             raise ValueError(str(e)) from None
-        return MachineCode(handle, addresses, llvm_ir, optimized_ir, from_cache=from_cache)
+        return MachineCode(handle, addresses, llvm_ir, optimized_ir, compiler,
+                           from_cache=from_cache)
     _bind_in_process(runtime)
     llvm = binding()
     with _lock:
@@ -248,4 +253,4 @@ def load_object(obj: bytes, symbols: list, llvm_ir: str, optimized_ir: str,
     missing = [s for s, a in addresses.items() if not a]
     if missing:
         raise ValueError(f"object file lacks symbols {missing}")
-    return MachineCode(engine, addresses, llvm_ir, optimized_ir, from_cache=from_cache)
+    return MachineCode(engine, addresses, llvm_ir, optimized_ir, compiler, from_cache=from_cache)

@@ -29,6 +29,7 @@ import llvmlite
 
 import tfjit
 from tfjit.codegen import llvm_cpu, llvm_target
+from tfjit.codegen.target import Compiler
 from tfjit.runtime import diskcache
 
 # object bytes, optimised IR bytes, the digest of what it was compiled from; then both.
@@ -38,20 +39,20 @@ _PAYLOAD = struct.Struct("<QQ32s")
 PAYLOAD_FORMAT = 2
 
 
-def environment() -> bytes:
+def environment(compiler: Compiler) -> bytes:
     """The part of the key shared by every module this process compiles with its current
     loader (llvm_cpu may move from the compile server to in-process LLVM mid-run)."""
-    return _environment(llvm_cpu.loader())
+    return _environment(compiler, llvm_cpu.loader(compiler))
 
 
 @functools.lru_cache(maxsize=None)
-def _environment(loader: str) -> bytes:
+def _environment(compiler: Compiler, loader: str) -> bytes:
     source = hashlib.sha256()
     for module in (llvm_cpu, llvm_target):      # pipeline and target options
         with open(module.__file__, "rb") as f:
             source.update(f.read())
     codegen_source = source.hexdigest()
-    env = llvm_cpu.target_env()
+    env = llvm_cpu.target_env(compiler)
     return "\n".join([
         "tfjit " + tfjit.__version__,
         "llvm_cpu.py llvm_target.py " + codegen_source,
@@ -66,8 +67,8 @@ def _environment(loader: str) -> bytes:
 environment.cache_clear = _environment.cache_clear    # (tests)
 
 
-def cache_key(llvm_ir: str, env: bytes | None = None) -> bytes:
-    h = hashlib.sha256(env if env is not None else environment())
+def cache_key(llvm_ir: str, env: bytes) -> bytes:
+    h = hashlib.sha256(env)
     h.update(b"\0")
     h.update(llvm_ir.encode())
     return h.digest()
@@ -105,24 +106,26 @@ def unpack_payload(payload: bytes, source: bytes, symbols: list = ()) -> tuple:
     return obj, optimized_ir
 
 
-def compile_module(module, symbols: list, cache: diskcache.DiskCache | None = None,
+def compile_module(module, symbols: list, compiler: Compiler,
+                   cache: diskcache.DiskCache | None = None,
                    runtime: list = ()) -> llvm_cpu.MachineCode:
     """``llvm_cpu.compile_module`` through the persistent cache (the flags' directory unless
     ``cache`` is given; straight compilation when the cache is off)."""
     cache = cache if cache is not None else diskcache.active()
     if cache is None:
-        return llvm_cpu.compile_module(module, symbols, runtime)
+        return llvm_cpu.compile_module(module, symbols, compiler, runtime)
     text = str(module)
-    key, source = cache_key(text), source_digest(text, symbols)
+    key, source = cache_key(text, environment(compiler)), source_digest(text, symbols)
     payload = cache.get(key)        # verified against the key and its checksum, or None
     if payload is not None:
         try:
             obj, optimized_ir = unpack_payload(payload, source, symbols)
-            return llvm_cpu.load_object(obj, symbols, text, optimized_ir, runtime)
+            return llvm_cpu.load_object(obj, symbols, text, optimized_ir, compiler, runtime)
         except ValueError as e:
             cache.reject(key, str(e))
     objects = []
-    code = llvm_cpu.compile_ir(text, symbols, on_object=objects.append, runtime=runtime)
+    code = llvm_cpu.compile_ir(text, symbols, compiler, on_object=objects.append,
+                               runtime=runtime)
     if len(objects) == 1:            # one module makes one object
         cache.put(key, pack_payload(objects[0], code.optimized_ir, source))
     return code

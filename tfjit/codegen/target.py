@@ -14,7 +14,9 @@ IR, and everything it needs to know about where the code will run is here:
   ``tfjit_rt_`` (TF's kernels) for the JIT, the AOT runtime's ``tfjit_aot_rt_``
   (linalg.cc's Eigen code in a static library, runtime/aot_runtime.cc) for AOT;
 * ``onednn``: TF runs oneDNN's kernels on this CPU, so library calls take them
-  (otherwise each call times both at its first run; ``codegen/library.py``).
+  (otherwise each call times both at its first run; ``codegen/library.py``);
+* ``compiler``: for the JIT, where LLVM runs (``Compiler``: the compile server or
+  this process, with MCJIT); None for AOT, whose object is written, not loaded.
 
 The choices that once came from globals (flags, TF's oneDNN switch) are made
 once, by whoever builds the Target (``pipeline.jit_target()`` for the JIT,
@@ -27,6 +29,17 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
+class Compiler:
+    """Where the JIT's LLVM runs (codegen/llvm_cpu.py): in the compile server
+    (codegen/jit_server.py; ``timeout`` seconds a request may take), or in this
+    process with MCJIT (``in_process``).  Where the server cannot run or its code
+    cannot load, llvm_cpu moves to in-process LLVM for the rest of the run and
+    says why: that is what happened, not a choice, so it is not here."""
+    in_process: bool = False
+    timeout: float = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     name: str                   # "cpu-jit" | "cpu-aot": shown in errors
     triple: str
@@ -34,6 +47,7 @@ class Target:
     runtime_calls: bool         # may call the op library (see above)
     onednn: bool = False
     library_prefix: str = "tfjit_rt_"   # dot/convolution entry points (see above)
+    compiler: Compiler | None = None    # the JIT's LLVM (see above); None: AOT
 
 
 class NotForTarget(Exception):

@@ -24,7 +24,7 @@ import dataclasses
 import hashlib
 import itertools
 
-from tfjit import config
+from tfjit import settings
 from tfjit.graph import cluster as clustering
 from tfjit.graph import fallback
 from tfjit.graph.graphdef import Graph
@@ -81,7 +81,7 @@ def op_weights() -> dict:
     (lower/registry.py ``tf_passes``), except for ops TF will run as one fused oneDNN
     pass: tfjit's kernel is not faster than those, so they count as 1 again."""
     weights = multi_pass_ops()
-    if config.onednn_enabled():
+    if settings.onednn_enabled():
         weights = {op: n for op, n in weights.items() if op not in _ONEDNN_FUSED}
     return weights
 
@@ -90,7 +90,7 @@ def op_list(text: str, flag: str) -> frozenset:
     """Op names from a comma-separated flag; an op TensorFlow doesn't know is an error."""
     from tensorflow.python.framework import op_def_registry
 
-    from tfjit.config import FlagError
+    from tfjit.settings import FlagError
     names = frozenset(x.strip() for x in text.split(",") if x.strip())
     unknown = sorted(n for n in names if op_def_registry.get(n) is None)
     if unknown:

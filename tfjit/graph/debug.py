@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import threading
 
-from tfjit import config
+from tfjit import settings
 
 log = logging.getLogger("tfjit")
 
@@ -37,11 +37,11 @@ _MAX_DOT_NODES = 2000
 def dump_dir() -> str | None:
     """Where clustering dumps go: the bug report's directory, else TF_DUMP_GRAPH_PREFIX
     when --tfjit_clustering_debug is on, else nowhere."""
-    flags = config.flags()
+    flags = settings.flags()
     if flags.tfjit_bug_report:
         return os.path.join(flags.tfjit_bug_report, "clustering")
     if flags.tfjit_clustering_debug:
-        return config.tf_dump_graph_prefix() or None
+        return settings.tf_dump_graph_prefix() or None
     return None
 
 

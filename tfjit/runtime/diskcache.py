@@ -39,7 +39,7 @@ import struct
 import tempfile
 import threading
 
-from tfjit import config
+from tfjit import settings
 
 log = logging.getLogger("tfjit")
 
@@ -189,5 +189,5 @@ def open_directory(directory: str) -> DiskCache | None:
 
 def active() -> DiskCache | None:
     """The cache the flags ask for, or None when it is off or refused."""
-    directory = config.flags().tfjit_persistent_cache_directory
+    directory = settings.flags().tfjit_persistent_cache_directory
     return open_directory(directory) if directory else None
