@@ -83,7 +83,9 @@ setup(
                       "tensorflow>=2.16; platform_machine!='x86_64'",
                       "numpy", "llvmlite>=0.45", "protobuf"],
     # nbclient, nbformat, ipykernel, matplotlib: tests/test_notebooks.py runs colab/*.ipynb
-    extras_require={"test": ["pytest", "nbclient", "nbformat", "ipykernel", "matplotlib"]},
+    # gpu: the CUDA driver API for runtime/cuda.py (NVIDIA's cuda-python bindings)
+    extras_require={"test": ["pytest", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+                    "gpu": ["cuda-python>=12"]},
     entry_points={"console_scripts": ["tfjit-run-module=tfjit.api.run_module:main",
                                       "tfjit-aot=tfjit.aot.cli:main"]},
 )

@@ -21,6 +21,22 @@ def verify_ir():
     config.set_flags(tfjit_verify_ir=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def collect_for_ptx():
+    """Keeps what test_ops/test_random_graphs optimise for test_nvptx's ptxas check."""
+    import ptx_collect
+    ptx_collect.install()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "after_all: runs after every other test of the session")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """``after_all`` tests last (test_nvptx checks what the other tests compiled)."""
+    items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)
+
+
 @pytest.fixture(scope="session")
 def tf():
     import tensorflow

@@ -11,10 +11,12 @@
               executable the TfjitLaunch op runs
       AOT     LLVM IR + C entry points → an    aot/compile.py
               object file
+      GPU     LLVM IR + kernel entries → PTX   codegen/nvptx.py, compile_ptx below,
+              for sm_80/sm_90                  run by runtime/cuda.py
 
 Each stage consumes only what the previous one produced.  ``optimize`` and
 ``emit`` are shared by every target: a pass or a kernel added here reaches the
-JIT, tfjit-aot and (next) the GPU alike.
+JIT, tfjit-aot and the GPU alike.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import time
 
 from tfjit import settings
 from tfjit import dtypes as dt
-from tfjit.codegen import control, library, llvm_cpu, objcache
+from tfjit.codegen import control, library, llvm_cpu, nvptx, objcache
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.graph.graphdef import Graph
@@ -33,7 +35,7 @@ from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions
-from tfjit.runtime import launch
+from tfjit.runtime import cuda, launch
 
 
 @dataclasses.dataclass
@@ -129,12 +131,17 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
     """The kernels of ``o`` as LLVM IR for ``target``; NotForTarget when the module needs
     what the target lacks (a dot or convolution on a target without a runtime library)."""
     kinds = {f.kind for f in fusion.walk(o.fusions)}
+    if target.gpu_arch:
+        nvptx.refuse(o.fusions, target)
     if "library" in kinds and not target.library_prefix:
         i = next(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library")
         raise NotForTarget(i, f"{target.name} code cannot call the runtime library "
                               "(dot, convolution and its gradients)")
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
     llmod, steps = llvm_cpu.emit_module(name, o.fusions, o.plan, messages, target)
+    if target.gpu_arch:         # kernel entries over the same row bodies (codegen/nvptx.py)
+        nvptx.check_calls(llmod, o.fusions, target)
+        steps = nvptx.add_entries(llmod, steps)
     runtime = []             # op library functions the code calls
     if "library" in kinds:   # dot/conv call the runtime library (TF's kernels for the JIT)
         runtime += library.runtime_symbols(target.library_prefix)
@@ -216,6 +223,47 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         runtime=e.runtime)
     return Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
                     time.perf_counter() - start)
+
+
+@dataclasses.dataclass
+class CompiledPtx:
+    """One module as PTX for one GPU arch, with what runtime/cuda.py needs to run it."""
+    name: str
+    arch: str
+    ptx: str
+    llvm_ir: str                # before LLVM's optimisation
+    entries: list               # [(PTX entry name, rows)] in run order
+    messages: list              # status code k is messages[k - 1]
+    plan: buffers.BufferPlan
+    params: list                # [(DType, shape)]
+    outputs: list               # [(DType, shape)]
+    fusions: list
+
+    def program(self) -> cuda.Program:
+        """The plain data runtime/cuda.py runs (no compiler objects)."""
+        return cuda.Program(
+            self.name, self.arch, self.ptx, list(self.entries), list(self.messages),
+            [(d.numpy(), s) for d, s in self.params], [(d.numpy(), s) for d, s in self.outputs],
+            list(self.plan.output_source), list(self.plan.temp_offsets), self.plan.arena_bytes)
+
+
+def compile_ptx(m: Module, name: str, arch: str = "sm_90", after_pass=None) -> CompiledPtx:
+    """The GPU for a lowered (or parsed) module: optimize, emit for NVPTX ``arch``, PTX.
+    NotForTarget when a kernel cannot run there (codegen/nvptx.py says why)."""
+    params = [(p.dtype, p.shape) for p in m.params]
+    o = optimize(m, after_pass=after_pass)
+    e = emit(o, nvptx.target(arch), name)
+    text_ir = str(e.llvm_module)
+    ptx, _ = nvptx.to_ptx(text_ir, arch, jit_compiler())
+    return CompiledPtx(name, arch, ptx, text_ir, [(s, rows) for s, rows, _ in e.steps],
+                       e.messages, o.plan, params,
+                       [(out.dtype, out.shape) for out in m.outputs], o.fusions)
+
+
+def ptx_of(compiled: Compiled, arch: str = "sm_90") -> CompiledPtx:
+    """The GPU's PTX for a module the JIT compiled (re-optimised from the IR as lowered:
+    ``optimize`` works in place, and its result is shared by every target)."""
+    return compile_ptx(text.parse_module(compiled.module_before), compiled.name, arch)
 
 
 def signature_of(dtypes_enums: list, shapes: list) -> list:

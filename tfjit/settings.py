@@ -35,6 +35,7 @@ class Flags:
     tfjit_fallback: bool = True
     tfjit_dump_to: str = ""                  # directory for per-cluster dumps (api/dump.py)
     tfjit_dump_ir_as_dot: bool = False       # also dump the optimised IR as graphviz .dot
+    tfjit_dump_ptx: str = ""                 # also dump PTX for this GPU arch (sm_80, sm_90)
     tfjit_dump_pass_re: str = ""             # dump the IR after every pass whose name matches
     tfjit_bug_report: str = ""               # directory for a self-contained bug report
     tfjit_persistent_cache_directory: str = ""   # on-disk compile cache (off when empty)

@@ -13,6 +13,9 @@ cluster writes, in compile order (NNNN is a process-wide counter)::
                                                   (tfjit-run-module --reference=tf runs it)
 
 and, with ``--tfjit_dump_ir_as_dot``, ``module_NNNN.<name>.after_optimizations.dot``;
+with ``--tfjit_dump_ptx=sm_90`` (the GPU target chosen for the dumps: this TF runs on
+the CPU), ``module_NNNN.<name>.ptx``, the module's PTX for that arch, or a line
+saying why the GPU cannot run it;
 with ``--tfjit_dump_pass_re=REGEX``, ``module_NNNN.<name>.<seq>.<pass>.txt`` for every
 pass whose name the regex matches anywhere (``re.search``; passes: cse, dce,
 flatten-reductions, fusion, buffer-assignment, see pipeline.PIPELINE), the IR after that pass plus the
@@ -79,12 +82,24 @@ def files_for(compiled) -> dict:
     }
     if settings.flags().tfjit_dump_ir_as_dot:
         files["after_optimizations.dot"] = ir_dot(compiled)
+    if settings.flags().tfjit_dump_ptx:
+        files["ptx"] = ptx_text(compiled, settings.flags().tfjit_dump_ptx)
     if getattr(compiled, "cluster_def", b""):
         files[CLUSTER_SUFFIX] = cluster_pbtxt(compiled)
     return files
 
 
 CLUSTER_SUFFIX = "cluster.pbtxt"
+
+
+def ptx_text(compiled, arch: str) -> str:
+    """The module's PTX for ``arch``, or why the GPU target refuses it (as a PTX comment)."""
+    from tfjit import pipeline
+    from tfjit.codegen.target import NotForTarget
+    try:
+        return pipeline.ptx_of(compiled, arch).ptx
+    except NotForTarget as e:
+        return f"// no PTX: {e.reason}" + (f" ({e.instr})\n" if e.instr is not None else "\n")
 
 
 def cluster_pbtxt(compiled) -> str:

@@ -230,7 +230,8 @@ class Function:
 
         Stages: ``ir`` (as lowered), ``optimized_ir`` (after the passes),
         ``optimized_ir_dot`` (graphviz, kernels as clusters), ``llvm`` (optimised LLVM
-        IR), ``asm``.  Arguments are all tensors, or all ``tf.TensorSpec`` (fully
+        IR), ``asm``, ``ptx`` (PTX for an NVIDIA GPU, ``arch="sm_90"`` or ``"sm_80"``,
+        made on any machine).  Arguments are all tensors, or all ``tf.TensorSpec`` (fully
         defined shapes): then the function is traced and compiled, not run."""
         if self.jit_compile is not True:
             raise ValueError("Compiler IR can only be returned for functions marked with "
@@ -321,10 +322,10 @@ def _describer(graph_name: str, graph):
     return describe
 
 
-COMPILER_IR_STAGES = ("ir", "optimized_ir", "optimized_ir_dot", "llvm", "asm")
+COMPILER_IR_STAGES = ("ir", "optimized_ir", "optimized_ir_dot", "llvm", "asm", "ptx")
 
 
-def _compiler_ir(compiled, stage: str = "ir") -> str:
+def _compiler_ir(compiled, stage: str = "ir", arch: str = "sm_90") -> str:
     from tfjit.api import dump
     if stage == "ir":
         return compiled.module_before
@@ -336,8 +337,22 @@ def _compiler_ir(compiled, stage: str = "ir") -> str:
         return compiled.code.optimized_ir
     if stage == "asm":
         return compiled.code.asm()
+    if stage == "ptx":          # the same module for an NVIDIA GPU, on any machine
+        return _ptx(compiled, arch)
     raise ValueError(f"unknown compiler IR stage {stage!r}; valid stages: "
                      + ", ".join(COMPILER_IR_STAGES))
+
+
+def _ptx(compiled, arch: str) -> str:
+    """PTX for ``arch`` of the module as lowered (re-optimised: passes are per module, not
+    per target); a kernel the GPU cannot run is a ValueError with the reason."""
+    from tfjit import pipeline
+    from tfjit.codegen.target import NotForTarget
+    try:
+        return pipeline.ptx_of(compiled, arch).ptx
+    except NotForTarget as e:
+        where = f" ({e.instr})" if e.instr is not None else ""
+        raise ValueError(f"no PTX for {compiled.name}: {e.reason}{where}") from None
 
 
 def _safe(name: str) -> str:

@@ -7,7 +7,11 @@ same pipeline as a TF cluster, runs it on random inputs in this process
 (``runtime.host``) and compares every output with the numpy interpreter, or
 with ``--reference=tf`` with TensorFlow running the cluster graph the dump
 wrote next to the module (``module_NNNN.<name>.cluster.pbtxt``; api/tf_reference.py).
-Exit status: 0 all runs agree, 1 some run miscompared, 2 bad usage or input.
+``--platform=cuda`` compiles the module for the GPU (PTX for ``--arch``) and runs
+it through the CUDA driver (runtime/cuda.py; needs cuda-python and a GPU, not
+TensorFlow).
+Exit status: 0 all runs agree, 1 some run miscompared, 2 bad usage or input
+(a GPU that is not there, a kernel the GPU target refuses).
 """
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ def compare(got: np.ndarray, want: np.ndarray, abs_bound: float, rel_bound: floa
 def _run(fn):
     try:
         return fn(), None
-    except (ValueError, ArithmeticError) as e:
+    except (ValueError, ArithmeticError) as e:       # (cuda.KernelError is a ValueError)
         return None, f"{type(e).__name__}: {e}"
 
 
@@ -91,8 +95,12 @@ def main(argv=None) -> int:
                     help="default per dtype: " + str(DEFAULT_BOUNDS))
     ap.add_argument("--rel_error_bound", type=float, default=None)
     ap.add_argument("--print_literals", action="store_true")
+    ap.add_argument("--platform", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--arch", default="sm_90", help="with --platform=cuda: sm_80 or sm_90")
     args = ap.parse_args(argv)
-    from tfjit.pipeline import compile_module      # the compiler loads only for a real run
+    from tfjit.codegen.target import NotForTarget
+    from tfjit.pipeline import compile_module, compile_ptx   # the compiler loads only now
+    from tfjit.runtime import cuda
     from tfjit.runtime.host import run_compiled
     try:
         with open(args.path) as f:
@@ -104,12 +112,24 @@ def main(argv=None) -> int:
             evaluate = tf_ref
         else:
             evaluate = lambda inputs: interp.evaluate(reference, inputs)
-        compiled = compile_module(parse_module(text), reference.name)
-    except (OSError, IRError) as e:
+        if args.platform == "cuda":
+            ptx = compile_ptx(parse_module(text), reference.name, args.arch)
+            program = ptx.program()
+            kernels = len(ptx.fusions)
+            run_compiled = lambda _, inputs: cuda.run(program, inputs)   # noqa: E731
+            compiled = None
+            cuda.Device.get(0)                  # no GPU: say so now, once
+        else:
+            compiled = compile_module(parse_module(text), reference.name)
+            kernels = compiled.num_kernels
+    except NotForTarget as e:
+        print(f"error: {e.reason}" + (f" ({e.instr})" if e.instr is not None else ""))
+        return 2
+    except (OSError, IRError, cuda.GpuError) as e:
         print(f"error: {e}")
         return 2
     print(f"module {reference.name}: {len(reference.params)} parameters, "
-          f"{len(reference.outputs)} outputs, {compiled.num_kernels} kernels; "
+          f"{len(reference.outputs)} outputs, {kernels} kernels on {args.platform}; "
           f"reference: {'TensorFlow' if args.reference == 'tf' else 'IR interpreter'}")
     rng = np.random.default_rng(args.seed)
     failures = 0

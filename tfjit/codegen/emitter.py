@@ -9,7 +9,10 @@ once per row before the row's inner loop; the inner loop then finds them in the
 memo (their index is the row index, the same SSA values).
 
 Targets supply only what differs: ``math(b, name, args)`` for transcendental
-functions.  Runtime errors are status codes into ``messages``, the module's list
+functions, and ``gpu`` (codegen/nvptx.py): one element per row in flat loops, so
+that a warp's threads read neighbouring elements (a CPU thread takes FLAT_BLOCK
+of them, for its vector loop), and no row buffer or prefetch (a row buffer is
+stack memory per row: per GPU thread it would be local memory, mostly spilled).  Runtime errors are status codes into ``messages``, the module's list
 of error texts (``elemental.MESSAGES`` first, then texts kernels add, such as a
 gather's bound: ``error_code``).
 """
@@ -69,8 +72,9 @@ def _index_key(v):
 
 class KernelEmitter(ReductionRows):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
-                 messages: list | None = None):
+                 messages: list | None = None, gpu: bool = False):
         self.module = module
+        self.gpu = gpu
         self.messages = list(MESSAGES) if messages is None else messages
         self.math = math
         self.f = fusion
@@ -87,6 +91,9 @@ class KernelEmitter(ReductionRows):
         """Emits the kernel's functions; returns [(symbol, rows, cost_per_row)]."""
         f = self.f
         if f.kind == "loop":
+            if f.flat and self.gpu:          # a row per element (see above)
+                return [(self._function(self.name, self._loop_row), _math.prod(f.shape),
+                         max(len(f.instrs), 1))]
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * max(len(f.instrs), 1)
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
@@ -143,6 +150,10 @@ class KernelEmitter(ReductionRows):
     # -- loop kernels --------------------------------------------------------------
     def _loop_row(self, row):
         f, b = self.f, self.b
+        if f.flat and self.gpu:
+            with self._scope():
+                self._store_roots((row,))
+            return
         if f.flat:
             n = _math.prod(f.shape)
             start = b.mul(row, i64(FLAT_BLOCK))
@@ -168,7 +179,7 @@ class KernelEmitter(ReductionRows):
     def _hoist(self, outer):
         """Computes the hoisted reductions of this row, caching reused operands in a row buffer."""
         self.fill, self.row_cache = {}, {}
-        if self.f.hoisted and self.f.kind == "loop" and self.f.shape:
+        if self.f.hoisted and self.f.kind == "loop" and self.f.shape and not self.gpu:
             self._prefetch_next_row(outer)
         for h in self.f.hoisted:
             e = h.operands[0]
@@ -209,6 +220,8 @@ class KernelEmitter(ReductionRows):
         the row's other instructions, and a row fits comfortably on the stack.
         """
         f = self.f
+        if self.gpu:
+            return False
         if h.attrs["ndims"] != 1 or h.rank != f.outer or e.shape != f.shape or e not in f.instrs:
             return False
         if not 0 < f.shape[-1] <= ROW_CACHE_MAX or e.op.kind is not Kind.ELEMENTWISE:

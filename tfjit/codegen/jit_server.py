@@ -19,7 +19,8 @@ reaches the replies.  Every request has a bounded wait (``timeout``,
 ``--tfjit_compile_timeout``): a server that does not answer in time (stopped,
 hung) is killed and the request fails with ``ServerTimeout``.  Requests: ``("env",)`` -> ``{"triple", "data_layout",
 "cpu", "llvm"}``; ``("compile", ir_text)`` -> ``(object bytes, optimised IR)``;
-``("asm", optimised_ir)`` -> assembly text.  A reply is ``("ok", value)`` or
+``("asm", optimised_ir)`` -> assembly text; ``("ptx", ir_text, arch)`` -> (PTX, optimised
+IR) for an NVIDIA GPU (codegen/nvptx.py).  A reply is ``("ok", value)`` or
 ``("error", message)``.  The server imports llvmlite and ``llvm_target`` (not
 TensorFlow, nor the rest of the compiler: it is up in about 0.1 s); it ends with
 its client's process, or after ``IDLE_SECONDS`` without a request (the next
@@ -190,6 +191,8 @@ def _serve(inp, out, idle_seconds: float) -> int:
             return tm.emit_object(mod), str(mod)
         if kind == "asm":
             return tm.emit_assembly(llvm.parse_assembly(args[0]))
+        if kind == "ptx":
+            return llvm_target.emit_ptx(*args)
         if kind == "exit":                 # tests: a server that dies mid-request
             os._exit(int(args[0]))
         raise ValueError(f"unknown request {kind!r}")

@@ -124,7 +124,7 @@ def _control(module, f, plan, name, messages, target) -> list:
 def _emitter(cls):
     """A kernel emitted by an emitter class (``emitter.KernelEmitter`` and its kinds)."""
     return lambda module, f, plan, name, messages, target: \
-        cls(module, mathlib.emit, f, plan, name, messages).emit()
+        cls(module, mathlib.emit, f, plan, name, messages, gpu=bool(target.gpu_arch)).emit()
 
 
 # The one dispatch on kernel kinds: every kind fusion makes has its emitter here.

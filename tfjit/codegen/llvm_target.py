@@ -85,3 +85,38 @@ def env(tm) -> dict:
     llvm = binding()
     return {"triple": llvm.get_process_triple(), "data_layout": str(tm.target_data),
             "cpu": cpu_fingerprint(), "llvm": ".".join(map(str, llvm.llvm_version_info))}
+
+
+# ---------------------------------------------------------------- NVPTX (codegen/nvptx.py)
+NVPTX_TRIPLE = "nvptx64-nvidia-cuda"
+# PTX ISA 8.0 (CUDA 12.0): the oldest that has sm_90, so every CUDA 12 or 13 driver and
+# ptxas reads it (CUDA 13's ptxas accepts up to 9.0); LLVM would otherwise pick the
+# lowest its backend allows for the arch, which can be below what sm_90a features need.
+PTX_FEATURES = "+ptx80"
+
+
+@functools.lru_cache(maxsize=None)
+def nvptx_target_machine(arch: str):
+    """LLVM's NVPTX target machine for compute capability ``arch`` ("sm_90")."""
+    llvm = binding()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm.Target.from_triple(NVPTX_TRIPLE).create_target_machine(
+        cpu=arch, features=PTX_FEATURES, opt=3)
+
+
+def emit_ptx(llvm_ir, arch: str) -> tuple:
+    """(PTX text, optimised IR) of LLVM IR text for ``arch`` (or of a list of texts,
+    linked into one module: tests assemble thousands of modules).  An intrinsic LLVM cannot
+    lower for NVPTX (``llvm.exp``: "no libcall available") aborts the process, so this
+    runs in the compile server; nvptx.py refuses such code before it gets here."""
+    llvm = binding()
+    tm = nvptx_target_machine(arch)
+    texts = [llvm_ir] if isinstance(llvm_ir, str) else list(llvm_ir)
+    with LOCK:
+        mod = llvm.parse_assembly(texts[0])
+        for text in texts[1:]:     # several modules (distinct entry names) as one PTX
+            mod.link_in(llvm.parse_assembly(text))
+        mod.verify()
+        optimise(mod, tm)
+        return tm.emit_assembly(mod), str(mod)

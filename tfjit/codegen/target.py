@@ -15,6 +15,8 @@ IR, and everything it needs to know about where the code will run is here:
   (linalg.cc's Eigen code in a static library, runtime/aot_runtime.cc) for AOT;
 * ``onednn``: TF runs oneDNN's kernels on this CPU, so library calls take them
   (otherwise each call times both at its first run; ``codegen/library.py``);
+* ``gpu_arch``: code for an NVIDIA GPU of this compute capability ("sm_90"), made
+  by codegen/nvptx.py: kernel entries over the same kernels, PTX, no library;
 * ``compiler``: for the JIT, where LLVM runs (``Compiler``: the compile server or
   this process, with MCJIT); None for AOT, whose object is written, not loaded.
 
@@ -41,13 +43,14 @@ class Compiler:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    name: str                   # "cpu-jit" | "cpu-aot": shown in errors
+    name: str                   # "cpu-jit" | "cpu-aot" | "nvptx-sm_90": shown in errors
     triple: str
     data_layout: str
     runtime_calls: bool         # may call the op library (see above)
     onednn: bool = False
     library_prefix: str = "tfjit_rt_"   # dot/convolution entry points (see above)
     compiler: Compiler | None = None    # the JIT's LLVM (see above); None: AOT
+    gpu_arch: str = ""                  # "sm_90": an NVPTX target (see above)
 
 
 class NotForTarget(Exception):

@@ -1,0 +1,193 @@
+"""The NVPTX target: the same kernels as the CPU's, as PTX for an NVIDIA GPU.
+
+``pipeline.emit(optimized, nvptx.target("sm_90"))`` runs the shared emitter
+(``llvm_cpu.EMITTERS``, the kernels' row bodies ``void k(bufs, row_begin,
+row_end)``) and then this module adds what differs on a GPU:
+
+* **a kernel entry per step** (``add_entries``): a ``ptx_kernel`` function
+  ``(bufs, rows)`` whose threads take rows in a grid-stride loop, with 64-bit
+  row indices, each calling the row body (inlined) for one row.  Rows are
+  independent on every target (the CPU launch shards them over threads), so
+  any thread may take any row, and there are no atomics: a reduction's result
+  does not depend on the launch shape (deterministic, as the CPU's);
+* **one element per row in flat loops, no row buffers, no prefetch**
+  (``KernelEmitter(gpu=True)``, codegen/emitter.py);
+* **what is refused** (``refuse``, ``check_calls``), with a reason, never run
+  on the host instead: kernel kinds without a GPU emitter yet (library calls,
+  control flow, scatter/scan/top-k, variable updates), and code that calls what
+  a GPU has no copy of: the C library (float64 transcendentals, sincos) or an
+  LLVM intrinsic NVPTX cannot lower (LLVM aborts on those, so they are caught
+  here, before the PTX is made).  Float32 transcendentals are tfjit's own
+  polynomials (codegen/mathlib.py), so the CPU's ulp bounds hold here too; not
+  libdevice, which is a file of the CUDA toolkit and not on every machine.
+
+Address spaces: buffers are generic pointers (the entry's parameters are
+global memory, which NVPTX infers); constants become ``.global`` data
+(LLVM's NVPTXGenericToNVVM).  Row reductions run a row per thread: correct and
+deterministic, not yet the warp-shuffle/shared-memory kernels a GPU wants.
+
+PTX comes from LLVM in the compile server (codegen/jit_server.py: an LLVM
+abort there is an error here) or in-process when the Compiler says so.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+
+from llvmlite import ir
+
+from tfjit.codegen.llvm_types import I64, PTR, VOID
+from tfjit.codegen.target import NotForTarget, Target
+from tfjit.passes.fusion import KernelKind, walk
+
+TRIPLE = "nvptx64-nvidia-cuda"
+# LLVM's NVPTX layout for 64-bit pointers (tests/test_nvptx.py checks it against the
+# target machine's, so it cannot drift from the LLVM that makes the PTX)
+DATA_LAYOUT = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+ARCHS = ("sm_80", "sm_90")
+
+# The kinds the GPU emits; the others say why not (a reason per kind, as explain shows).
+GPU_KINDS = {KernelKind.LOOP, KernelKind.REDUCE}
+_NOT_YET = {
+    KernelKind.LIBRARY: "dot and convolution call a runtime library (cuBLAS/cuDNN "
+                        "calls are not written yet)",
+    KernelKind.WHILE: "loops run on the host driver, which GPU code lacks",
+    KernelKind.CONDITIONAL: "conditionals run on the host driver, which GPU code lacks",
+    KernelKind.SCATTER: "scatter kernels have no GPU emitter yet",
+    KernelKind.SCAN: "scan kernels have no GPU emitter yet",
+    KernelKind.SORT: "top-k kernels have no GPU emitter yet",
+    KernelKind.UPDATE: "variable updates have no GPU emitter yet",
+}
+assert set(_NOT_YET) | GPU_KINDS == set(KernelKind), "a kernel kind without a GPU answer"
+
+# LLVM intrinsics the NVPTX backend lowers to instructions (others, like llvm.exp or
+# llvm.pow, become C library calls that do not exist on a GPU).
+_INTRINSICS = {"fabs", "copysign", "fptosi.sat", "fptoui.sat", "maximum", "minimum",
+               "maxnum", "minnum", "sqrt", "floor", "ceil", "trunc", "rint", "round",
+               "roundeven", "nearbyint", "fma", "fmuladd", "smax", "smin", "umax", "umin",
+               "abs", "ctpop", "ctlz", "cttz", "bswap", "sadd.with.overflow",
+               "uadd.with.overflow", "ssub.with.overflow", "usub.with.overflow",
+               "smul.with.overflow", "umul.with.overflow", "assume", "expect"}
+_SUFFIX = re.compile(r"(\.(i\d+|f16|f32|f64|bf16|v\d+\w+|p0))+$")
+
+
+def target(arch: str = "sm_90") -> Target:
+    if arch not in ARCHS:
+        raise ValueError(f"tfjit's GPU target knows {', '.join(ARCHS)}, not {arch!r}")
+    return Target(f"nvptx-{arch}", TRIPLE, DATA_LAYOUT, runtime_calls=False,
+                  library_prefix="", gpu_arch=arch)
+
+
+def refuse(fusions: list, t: Target) -> None:
+    """NotForTarget for the first kernel whose kind the GPU does not emit yet."""
+    for f in walk(fusions):
+        if f.kind not in GPU_KINDS:
+            raise NotForTarget(f.roots[0], f"{t.name}: {_NOT_YET[f.kind]}")
+
+
+def _calls(fn: ir.Function):
+    for block in fn.blocks:
+        for instr in block.instructions:
+            if isinstance(instr, ir.CallInstr) and isinstance(instr.callee, ir.Function):
+                yield instr.callee
+
+
+def check_calls(module: ir.Module, fusions: list, t: Target) -> None:
+    """NotForTarget naming the kernel (fusion ``k<n>``) that calls what a GPU lacks."""
+    for fn in module.functions:
+        if not fn.blocks:
+            continue
+        for callee in _calls(fn):
+            if callee.blocks or callee.name.startswith("llvm.nvvm."):
+                continue
+            base = _SUFFIX.sub("", callee.name[5:]) if callee.name.startswith("llvm.") else None
+            if base in _INTRINSICS:
+                continue
+            why = (f"LLVM's NVPTX backend cannot lower {callee.name}" if base is not None else
+                   f"calls the C library's {callee.name}, which a GPU has no copy of "
+                   "(float64 transcendentals are libm's on the CPU)")
+            m = re.search(r"\.k(\d+)(\.|$)", fn.name)
+            at = fusions[int(m.group(1))].roots[0] if m and int(m.group(1)) < len(fusions) \
+                else None
+            raise NotForTarget(at, f"{t.name}: {why}")
+
+
+def _sreg(b: ir.IRBuilder, name: str):
+    full = f"llvm.nvvm.read.ptx.sreg.{name}"
+    fn = b.module.globals.get(full) or ir.Function(
+        b.module, ir.FunctionType(ir.IntType(32), []), name=full)
+    return b.zext(b.call(fn, []), I64)
+
+
+def entry_name(module_name: str, n: int) -> str:
+    """A PTX identifier for step ``n`` (PTX names have no dots; LLVM would rename them)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", module_name) + f"_s{n}"
+
+
+def add_entries(module: ir.Module, steps: list) -> list:
+    """A grid-stride ``ptx_kernel`` entry per step; returns [(entry, rows, cost)]."""
+    out = []
+    for n, (symbol, rows, cost) in enumerate(steps):
+        body = module.globals[symbol]
+        body.linkage = "internal"
+        body.attributes.add("alwaysinline")
+        name = entry_name(module.name, n)
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64]), name=name)
+        fn.calling_convention = "ptx_kernel"
+        bufs, count = fn.args
+        bufs.add_attribute("noalias")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        first = b.add(b.mul(_sreg(b, "ctaid.x"), _sreg(b, "ntid.x")), _sreg(b, "tid.x"))
+        stride = b.mul(_sreg(b, "nctaid.x"), _sreg(b, "ntid.x"))
+        loop, done = fn.append_basic_block("rows"), fn.append_basic_block("done")
+        b.cbranch(b.icmp_signed("<", first, count), loop, done)
+        b.position_at_end(loop)
+        row = b.phi(I64, "row")
+        row.add_incoming(first, fn.entry_basic_block)
+        b.call(body, [bufs, row, b.add(row, ir.Constant(I64, 1))])
+        following = b.add(row, stride)
+        row.add_incoming(following, loop)
+        b.cbranch(b.icmp_signed("<", following, count), loop, done)
+        b.position_at_end(done)
+        b.ret_void()
+        out.append((name, rows, cost))
+    return out
+
+
+def to_ptx(llvm_ir: str, arch: str, compiler=None) -> tuple:
+    """(PTX, optimised IR) for ``arch``: in the compile server unless ``compiler`` says
+    in-process (codegen/target.py Compiler; None: the server)."""
+    from tfjit.codegen import llvm_cpu, llvm_target
+    from tfjit.codegen.target import Compiler
+    client = llvm_cpu.server(compiler or Compiler())
+    if client is not None:
+        return client.request("ptx", llvm_ir, arch)
+    return llvm_target.emit_ptx(llvm_ir, arch)
+
+
+class PtxasError(RuntimeError):
+    """ptxas refused the PTX (its own message)."""
+
+
+def ptxas() -> str | None:
+    """The path of CUDA's ptxas, or None where there is none."""
+    return shutil.which("ptxas")
+
+
+def assemble(ptx: str, arch: str) -> bytes:
+    """A cubin of ``ptx`` for ``arch`` with ptxas (how tests check the PTX without a GPU)."""
+    tool = ptxas()
+    if tool is None:
+        raise PtxasError("no ptxas on PATH (CUDA's toolkit)")
+    with tempfile.TemporaryDirectory() as d:
+        src, out = f"{d}/k.ptx", f"{d}/k.cubin"
+        with open(src, "w") as f:
+            f.write(ptx)
+        done = subprocess.run([tool, f"-arch={arch}", src, "-o", out],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise PtxasError(done.stderr.strip() or f"ptxas exited {done.returncode}")
+        with open(out, "rb") as f:
+            return f.read()
