@@ -108,3 +108,35 @@ def test_tensorflow_itself_refuses_nchw_on_cpu():
     with pytest.raises((tf.errors.InvalidArgumentError, tf.errors.UnimplementedError)):
         tf.function(f)(x, w)
     assert tfjit.function(f)(x, w).shape == (1, 2, 5, 5)
+
+
+@pytest.mark.parametrize("op", ["depth_to_space", "space_to_depth"])
+@pytest.mark.parametrize("block, shape", [(2, (2, 4, 6, 8)), (3, (1, 6, 3, 18)), (2, (3, 2, 2, 4))])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.int32, tf.float16, tf.bool])
+def test_depth_and_space_moves_in_both_layouts(op, block, shape, dtype):
+    """NHWC against TF's own kernel; NCHW (TF's CPU refuses it) against NHWC on the
+    transposed tensor; inside a fused kernel with neighbours in both."""
+    fn = getattr(tf.nn, op)
+    x = np.random.default_rng(block).integers(0, 9, shape)
+    x = tf.constant(x > 4 if dtype == tf.bool else x, dtype)
+
+    def around(y):                 # neighbours for fusion to fold the moves into
+        return tf.logical_not(y) if dtype == tf.bool else y * 2 + 1
+
+    def nhwc(x):
+        return around(fn(around(x), block))
+
+    def nchw(x):
+        return around(fn(around(x), block, data_format="NCHW"))
+    want = nhwc(x).numpy()
+    assert_matches(tfjit.function(nhwc, jit_compile=True)(x).numpy(), want)
+    got = tfjit.function(nchw, jit_compile=True)(tf.transpose(x, T_NCHW))
+    assert_matches(tf.transpose(got, T_NHWC).numpy(), want)
+
+
+def test_depth_and_space_moves_that_do_not_divide_are_refused():
+    x = tf.ones([1, 3, 4, 4])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="divisible"):
+        tfjit.function(lambda x: tf.nn.space_to_depth(x, 2), jit_compile=True)(x)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="divisible"):
+        tfjit.function(lambda x: tf.nn.depth_to_space(x, 3), jit_compile=True)(x)

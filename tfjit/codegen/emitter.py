@@ -36,6 +36,7 @@ from tfjit.ir.ops import EXPENSIVE, Kind, Op
 from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
 from tfjit.runtime import abi
 
+GLOBAL_PTR = ir.PointerType(addrspace=1)   # NVPTX's global memory (LLVM infers the rest)
 ROW_CACHE_MAX = 8192     # elements of a per-row stack buffer (32 KiB of f32)
 
 
@@ -116,7 +117,7 @@ class KernelEmitter(ReductionRows):
         if self.f in self.plan.scratch:
             slots.add(self.plan.scratch[self.f])
         slots = sorted(slots)
-        inner_ty = ir.FunctionType(VOID, [PTR] * len(slots) + [I64, I64])
+        inner_ty = ir.FunctionType(VOID, [GLOBAL_PTR if self.gpu else PTR] * len(slots) + [I64, I64])
         inner = ir.Function(self.module, inner_ty, name=symbol + ".body")
         inner.linkage = "internal"
         inner.attributes.add("alwaysinline")
@@ -127,6 +128,8 @@ class KernelEmitter(ReductionRows):
         ob = ir.IRBuilder(outer.append_basic_block("entry"))
         bufs, begin, end = outer.args
         args = [ob.load(ob.gep(bufs, [i64(s)], source_etype=PTR), typ=PTR) for s in slots]
+        if self.gpu:      # every buffer is global memory: say so, so loads are ld.global
+            args = [ob.addrspacecast(a, GLOBAL_PTR) for a in args]
         ob.call(inner, args + [begin, end])
         ob.ret_void()
 

@@ -1,4 +1,5 @@
-"""NCHW (``data_format="NCHW"``) convolutions and pools: the NHWC rule between transposes.
+"""NCHW (``data_format="NCHW"``) convolutions, pools and depth/space moves: the NHWC
+rule between transposes.
 
 TF's CPU kernels refuse NCHW ("only supports NHWC"); XLA runs it, and so does
 tfjit: the node's tensors in the layout are transposed to NHWC, its layout
@@ -42,6 +43,8 @@ FORMS = {
     "MaxPoolGrad": Form((0, 1, 2)),
     "MaxPoolGradV2": Form((0, 1, 2), (3, 4)),
     "AvgPoolGrad": Form((1,), (0,)),
+    "DepthToSpace": Form((0,)),
+    "SpaceToDepth": Form((0,)),
 }
 
 

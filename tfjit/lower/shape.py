@@ -364,6 +364,43 @@ def _reverse(ctx: LowerCtx):
     return ctx.m.slice(x, starts, x.shape, strides)
 
 
+# -- depth <-> space (NCHW: lower/layout.py transposes around these NHWC rules) ----------
+
+def _block_size(ctx: LowerCtx) -> int:
+    b = int(ctx.attr("block_size", 0))
+    if b < 2:
+        raise Unsupported(f"{ctx.node.op}: block_size must be at least 2, got {b}")
+    fmt = ctx.attr("data_format", b"NHWC")
+    if fmt not in (b"NHWC", "NHWC"):
+        raise Unsupported(f"{ctx.node.op} with data_format={fmt!r}: only NHWC and NCHW")
+    if ctx.inputs[0].rank != 4:
+        raise Unsupported(f"{ctx.node.op}: input must be 4-D, got {list(ctx.inputs[0].shape)}")
+    return b
+
+
+@register("DepthToSpace", dtypes=registry.ALL)
+def _depth_to_space(ctx: LowerCtx):
+    """out[n, h*b + i, w*b + j, c] = in[n, h, w, (i*b + j)*C' + c]."""
+    b, x = _block_size(ctx), ctx.inputs[0]
+    n, h, w, c = x.shape
+    if c % (b * b):
+        raise Unsupported(f"DepthToSpace: depth {c} is not divisible by block_size^2 = {b * b}")
+    y = ctx.m.reshape(x, (n, h, w, b, b, c // (b * b)))
+    return ctx.m.reshape(ctx.m.transpose(y, (0, 1, 3, 2, 4, 5)), (n, h * b, w * b, c // (b * b)))
+
+
+@register("SpaceToDepth", dtypes=registry.ALL)
+def _space_to_depth(ctx: LowerCtx):
+    """DepthToSpace's inverse: out[n, h, w, (i*b + j)*C + c] = in[n, h*b + i, w*b + j, c]."""
+    b, x = _block_size(ctx), ctx.inputs[0]
+    n, h, w, c = x.shape
+    if h % b or w % b:
+        raise Unsupported(f"SpaceToDepth: height {h} and width {w} must be divisible by "
+                          f"block_size {b}")
+    y = ctx.m.reshape(x, (n, h // b, b, w // b, b, c))
+    return ctx.m.reshape(ctx.m.transpose(y, (0, 1, 3, 2, 4, 5)), (n, h // b, w // b, b * b * c))
+
+
 @register("Shape", dtypes=registry.ALL)
 def _shape(ctx: LowerCtx):
     return _shape_constant(ctx, list(ctx.inputs[0].shape), _out_type(ctx))
