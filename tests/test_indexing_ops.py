@@ -331,6 +331,27 @@ SCANS += [
 ]
 
 
+def _logsumexp_case(d, name, shape, axis, exclusive, reverse, specials=True):
+    case = _scan_case("CumulativeLogsumexp", d, name, shape, axis, exclusive, reverse, specials)
+    return dataclasses.replace(case, tol=(None, None))   # exp/log1p: tfjit's math, not Eigen's
+
+
+SCANS += [_logsumexp_case(d, *s, ex, rev) for d in ("f32", "f64") for s in SCAN_SHAPES[:4]
+          for ex in (False, True) for rev in (False, True)]
+SCANS += [_logsumexp_case(d, *s, ex, False) for d in HALF for s in SCAN_SHAPES[1:3]
+          for ex in (False, True)]
+SCANS += [_logsumexp_case("f32", *s, False, False) for s in SCAN_SHAPES[4:]]
+SCANS += [
+    Case("CumulativeLogsumexp-specials",
+         lambda x: (tf.math.cumulative_logsumexp(x), tf.math.cumulative_logsumexp(x, exclusive=True)),
+         lambda rng: [np.array([-np.inf, -np.inf, 1.0, 2.0, -np.inf, np.inf, 3.0, np.nan, 1.0],
+                               np.float32)], tol=(None, None)),
+    Case("CumulativeLogsumexp-large", lambda x: tf.math.cumulative_logsumexp(x, axis=1),
+         lambda rng: [np.array([[1e30, 1.0, 1e30], [-1e30, 80.0, 88.0]], np.float32)],
+         tol=(None, None)),
+]
+
+
 @pytest.mark.parametrize("case", params(SCANS))
 def test_scan(case):
     check(case)

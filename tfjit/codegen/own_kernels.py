@@ -61,6 +61,8 @@ class _OwnKernel(KernelEmitter):
         b = self.b
         if kind == "assign":
             return v
+        if kind == "logsumexp":
+            return self._log_add_exp(d, acc, v)
         if kind in ("max", "min", "max_acc", "min_acc"):
             # max/min: acc where strictly greater (less), else v; the _acc kinds (the
             # variable updates' cwiseMax(acc, v)): v where strictly greater (less), else acc
@@ -73,6 +75,16 @@ class _OwnKernel(KernelEmitter):
             r = {"sum": b.fadd, "prod": b.fmul, "sub": b.fsub, "div": b.fdiv}[kind](acc, v)
             return self.elemental.convert(r, dt.F32, d) if d in (dt.F16, dt.BF16) else r
         return {"sum": b.add, "prod": b.mul, "sub": b.sub}[kind](acc, v)
+
+    def _log_add_exp(self, d: dt.DType, acc, v):
+        """max + log1p(exp(min - max)), or max where it is -inf, with TF's max and min
+        (and so its NaN handling: ir/interp.py ``_log_add_exp``)."""
+        b, t = self.b, acc.type
+        hi = b.select(b.fcmp_ordered("<", acc, v), v, acc)
+        lo = b.select(b.fcmp_ordered("<", v, acc), v, acc)
+        step = b.fadd(hi, self.math(b, "log1p", [self.math(b, "exp", [b.fsub(lo, hi)])]))
+        r = b.select(b.fcmp_ordered("==", hi, ir.Constant(t, -math.inf)), hi, step)
+        return self.elemental.convert(r, dt.F32, d) if d in (dt.F16, dt.BF16) else r
 
     def _block(self, index, width: int, total: int):
         """[start, stop) of column block ``index`` of ``width`` columns out of ``total``."""
@@ -155,7 +167,7 @@ class ScanEmitter(_OwnKernel):
         def running(c):
             return b.gep(acc, [b.sub(c, c_lo)], source_etype=t)
 
-        identity = const(root.dtype, 0 if a["kind"] == "sum" else 1)
+        identity = const(root.dtype, {"sum": 0, "prod": 1, "logsumexp": -math.inf}[a["kind"]])
         with for_range(b, c_lo, c_hi, "c") as c:
             b.store(identity, running(c))
         with for_range(b, 0, n, "k") as k, self._scope():

@@ -502,13 +502,27 @@ _SCATTER_COMBINE = {     # max/min as TF's CPU kernel: acc where strictly greate
 }
 
 
+def _log_add_exp(acc, v):
+    """TF's CumulativeLogsumexp step (its LogSumExp functor, with Eigen's scalar max/min:
+    ``max = v if acc < v else acc``, ``min = v if v < acc else acc``):
+    ``max + log1p(exp(min - max))``, or ``max`` where max is -inf.  So a NaN value after
+    a number is read as that number (1, NaN gives 1 + log 2), -inf then NaN stays -inf,
+    and inf, inf is NaN.  Halves are computed in float32 and rounded per step."""
+    wide = np.float64 if acc.dtype == np.float64 else np.float32
+    a, b = acc.astype(wide), v.astype(wide)
+    with np.errstate(invalid="ignore", over="ignore"):
+        hi, lo = np.where(a < b, b, a), np.where(b < a, b, a)
+        r = np.where(hi == -np.inf, hi, hi + np.log1p(np.exp(lo - hi)))
+    return r.astype(acc.dtype)
+
+
 def _scan(instr, vals):
     a = instr.attrs
     x = np.moveaxis(_flush(vals[0]), a["dim"], 0)
     if a["reverse"]:
         x = x[::-1]
-    combine = np.add if a["kind"] == "sum" else np.multiply
-    acc = np.full(x.shape[1:], 0 if a["kind"] == "sum" else 1, x.dtype)
+    combine = {"sum": np.add, "prod": np.multiply, "logsumexp": _log_add_exp}[a["kind"]]
+    acc = np.full(x.shape[1:], {"sum": 0, "prod": 1, "logsumexp": -np.inf}[a["kind"]], x.dtype)
     out = np.empty_like(x)
     for k in range(x.shape[0]):
         if a["exclusive"]:

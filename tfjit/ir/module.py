@@ -450,9 +450,10 @@ class Module:
 
     def scan(self, x: Instr, kind: str, dim: int, exclusive: bool = False,
              reverse: bool = False) -> Instr:
-        """Running sum/product along ``dim`` (TF's Cumsum/Cumprod), starting from the
-        identity; ``exclusive``: element k leaves out x[k]; ``reverse``: from the end."""
-        if kind not in SCAN_KINDS or not 0 <= dim < x.rank or x.dtype is dt.PRED:
+        """Running sum/product/log-sum-exp along ``dim`` (TF's Cumsum/Cumprod/
+        CumulativeLogsumexp), starting from the identity (0, 1, -inf); ``exclusive``: element k leaves out x[k]; ``reverse``: from the end."""
+        if kind not in SCAN_KINDS or not 0 <= dim < x.rank or x.dtype is dt.PRED or \
+                (kind == "logsumexp" and not x.dtype.is_float):
             raise IRError(f"scan kind={kind} dim={dim} of {x.dtype.name}{list(x.shape)} is invalid")
         attrs = {"kind": kind, "dim": dim, "exclusive": int(bool(exclusive)), "reverse": int(bool(reverse))}
         return self._add(Instr(Op.SCAN, x.dtype, x.shape, (x,), attrs))

@@ -178,7 +178,7 @@ REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
 # ResourceScatter* ("assign": the later value wins; "max_acc"/"min_acc": a tie or a NaN
 # keeps the accumulator, as TF's scatter functors' cwiseMax(acc, v))
 SCATTER_KINDS = ("sum", "prod", "max", "min", "sub", "div", "assign", "max_acc", "min_acc")
-SCAN_KINDS = ("sum", "prod")
+SCAN_KINDS = ("sum", "prod", "logsumexp")     # logsumexp: floats (CumulativeLogsumexp)
 # "maxnum": float max that ignores NaN (-inf when nothing else); only for values whose
 # NaNs propagate anyway, such as Softmax's stabilising row max (x - max is NaN there).
 

@@ -163,6 +163,21 @@ def _cumulative(ctx):
                       bool(ctx.attr("reverse")))
 
 
+@register("CumulativeLogsumexp", dtypes=(dt.F16, dt.BF16, dt.F32, dt.F64))
+def _cumulative_logsumexp(ctx):
+    """log(cumsum(exp(x))) without overflow: a scan whose step is max + log1p(exp(min -
+    max)), as TF's kernel (ir/interp.py ``_log_add_exp``)."""
+    x = ctx.inputs[0]
+    if x.rank == 0:
+        raise Unsupported("CumulativeLogsumexp: input must be at least rank 1")
+    (axis,) = ctx.const_ints(1, "CumulativeLogsumexp's axis")
+    if not -x.rank <= axis < x.rank:
+        raise Unsupported(f"ScanOp: Expected scan axis in the range [{-x.rank}, {x.rank}), "
+                          f"but got {axis}")
+    return ctx.m.scan(x, "logsumexp", axis % x.rank, bool(ctx.attr("exclusive")),
+                      bool(ctx.attr("reverse")))
+
+
 @register("TopKV2", dtypes=NUMERIC)
 def _top_k(ctx):
     """Values and indices of the k largest along the last dim, largest first, ties by
