@@ -539,3 +539,18 @@ def test_keras_embedding_gradient():
     want = tf.function(step)(ids, target)
     assert_matches(got[0].numpy(), want[0].numpy(), what="loss")
     assert_matches(got[1].numpy(), want[1].numpy(), rtol=0, atol=0, what="embedding gradient")
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_the_interpreter_scans_logsumexp_as_tf(exclusive):
+    """The IR interpreter (tfjit-run-module's reference) gives TF's values too."""
+    from tfjit.ir import interp
+    from tfjit.ir.text import parse_module
+    x = np.array([[1.0, np.nan, 2.0, -np.inf, np.inf, np.inf, 3.0],
+                  [-np.inf, np.nan, -np.inf, 1e30, -1e30, 0.5, 88.0]], np.float32)
+
+    def fn(x):
+        return tf.math.cumulative_logsumexp(x, axis=1, exclusive=exclusive)
+    text = tfjit.function(fn, jit_compile=True).experimental_get_compiler_ir(tf.constant(x))()
+    (got,) = interp.evaluate(parse_module(text), [x])
+    assert_matches(got, fn(tf.constant(x)).numpy())

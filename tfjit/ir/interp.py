@@ -503,17 +503,13 @@ _SCATTER_COMBINE = {     # max/min as TF's CPU kernel: acc where strictly greate
 
 
 def _log_add_exp(acc, v):
-    """TF's CumulativeLogsumexp step (its LogSumExp functor, with Eigen's scalar max/min:
-    ``max = v if acc < v else acc``, ``min = v if v < acc else acc``):
-    ``max + log1p(exp(min - max))``, or ``max`` where max is -inf.  So a NaN value after
-    a number is read as that number (1, NaN gives 1 + log 2), -inf then NaN stays -inf,
-    and inf, inf is NaN.  Halves are computed in float32 and rounded per step."""
-    wide = np.float64 if acc.dtype == np.float64 else np.float32
-    a, b = acc.astype(wide), v.astype(wide)
+    """TF's CumulativeLogsumexp step: max + log1p(exp(min - max)), or max where it is
+    -inf, with Eigen's max/min (``v if acc < v else acc``): so 1 then NaN gives 1 + log 2,
+    inf, inf gives NaN.  Halves in float32, rounded per step."""
+    a, b = (x.astype(np.float64 if acc.dtype == np.float64 else np.float32) for x in (acc, v))
     with np.errstate(invalid="ignore", over="ignore"):
         hi, lo = np.where(a < b, b, a), np.where(b < a, b, a)
-        r = np.where(hi == -np.inf, hi, hi + np.log1p(np.exp(lo - hi)))
-    return r.astype(acc.dtype)
+        return np.where(hi == -np.inf, hi, hi + np.log1p(np.exp(lo - hi))).astype(acc.dtype)
 
 
 def _scan(instr, vals):
