@@ -140,3 +140,29 @@ def test_depth_and_space_moves_that_do_not_divide_are_refused_as_tf_refuses_them
         for wrap in (tf.function, lambda f: tfjit.function(f, jit_compile=True)):
             with pytest.raises(ValueError, match="divisible by"):
                 wrap(fn)(x)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID", "EXPLICIT"])
+@pytest.mark.parametrize("strides, dilations", [((1, 1), (1, 1)), ((2, 1), (1, 1)), ((1, 1), (2, 2))])
+def test_the_generic_conv_op_is_conv2d_in_both_layouts(padding, strides, dilations):
+    """tf.raw_ops.Conv (batch_dims=1, groups=1): CHANNELS_LAST against TF's kernel,
+    CHANNELS_FIRST against it on transposed tensors."""
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.standard_normal((2, 9, 8, 3)), tf.float32)
+    w = tf.constant(rng.standard_normal((3, 2, 3, 4)), tf.float32)
+    pads = [0, 0, 1, 2, 0, 1, 0, 0] if padding == "EXPLICIT" else []
+
+    def last(x, w):
+        return tf.raw_ops.Conv(input=x, filter=w, strides=[1, *strides, 1], padding=padding,
+                               explicit_paddings=pads, data_format="CHANNELS_LAST",
+                               dilations=[1, *dilations, 1])
+
+    def first(x, w):
+        nchw_pads = pads[:2] + pads[6:8] + pads[2:6] if pads else []
+        return tf.raw_ops.Conv(input=x, filter=w, strides=[1, 1, *strides], padding=padding,
+                               explicit_paddings=nchw_pads, data_format="CHANNELS_FIRST",
+                               dilations=[1, 1, *dilations])
+    want = last(x, w).numpy()
+    assert_matches(tfjit.function(last, jit_compile=True)(x, w).numpy(), want, rtol=1e-5, atol=1e-5)
+    got = tfjit.function(first, jit_compile=True)(tf.transpose(x, T_NCHW), w)
+    assert_matches(tf.transpose(got, T_NHWC).numpy(), want, rtol=1e-5, atol=1e-5)

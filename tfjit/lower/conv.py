@@ -28,9 +28,13 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 from tfjit import dtypes as dt
+from tfjit.graph.graphdef import Node
 from tfjit.ir.module import Instr, IRError, Module
 from tfjit.ir.ops import Op
+from tfjit.lower.layout import TO_NCHW, TO_NHWC
 from tfjit.lower.registry import Unsupported, register
 
 _DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
@@ -166,6 +170,36 @@ def _conv2d(ctx):
     pads = padding(ctx, x.shape[1:3], (_window(w.shape[0], dil[0]), _window(w.shape[1], dil[1])),
                    strides)
     return ctx.m.convolution(x, w, strides, dil, pads)
+
+
+@register("Conv", dtypes=_DTYPES, half_in_f32=True)
+def _conv(ctx):
+    """TF's generic N-D convolution (``tf.raw_ops.Conv``).  Its 2-D form with one batch
+    dim and one group is Conv2D: CHANNELS_LAST as it is, CHANNELS_FIRST (whose strides
+    and dilations are in NCHW order) between transposes, as lower/layout.py does."""
+    x, w = ctx.inputs
+    if int(ctx.attr("batch_dims", 1)) != 1 or x.rank != 4 or w.rank != 4:
+        raise Unsupported(f"Conv of {list(x.shape)} with filter {list(w.shape)}, batch_dims="
+                          f"{ctx.attr('batch_dims', 1)}: only 2-D convolutions with one batch "
+                          "dim are compiled")
+    if int(ctx.attr("groups", 1)) != 1:
+        raise Unsupported(f"Conv with groups={ctx.attr('groups')}: grouped convolutions are "
+                          "not compiled")
+    first = _text(ctx.attr("data_format", b"CHANNELS_LAST")) == "CHANNELS_FIRST"
+    attrs = dict(ctx.node.attrs, data_format=b"NHWC")
+    if first:
+        for name in ("strides", "dilations"):
+            if attrs.get(name) is not None and len(attrs[name]) == 4:
+                v = list(attrs[name])
+                attrs[name] = (v[0], v[2], v[3], v[1])
+        pads = attrs.get("explicit_paddings")
+        if pads and len(pads) == 8:
+            attrs["explicit_paddings"] = tuple(pads[0:2]) + tuple(pads[4:8]) + tuple(pads[2:4])
+        x = ctx.m.transpose(x, TO_NHWC)
+    node = Node(ctx.node.name, "Conv2D", ctx.node.inputs, ctx.node.control_inputs, attrs,
+                ctx.node.device)
+    y = _conv2d(dataclasses.replace(ctx, node=node, inputs=[x, w]))
+    return ctx.m.transpose(y, TO_NCHW) if first else y
 
 
 def _backprop(ctx, op: Op, a: Instr, g: Instr, shape: tuple, strides: tuple, pads: tuple) -> Instr:
