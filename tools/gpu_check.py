@@ -93,7 +93,9 @@ def compare_modules(directory: str, arch: str, limit: int) -> dict:
     names = sorted(n for n in os.listdir(directory) if n.endswith(".txt"))[:limit]
     result = {"modules": len(names), "ran": 0, "refused": 0, "mismatches": [], "errors": []}
     rng = np.random.default_rng(0)
-    for n in names:
+    for k, n in enumerate(names):
+        if k % 200 == 0:
+            print(f"  {k}/{len(names)} modules", flush=True)
         text = open(os.path.join(directory, n)).read()
         try:
             program = pipeline.compile_ptx(parse_module(text), "m", arch).program()
@@ -140,8 +142,8 @@ def time_workloads(directory: str, arch: str) -> dict:
     for name in ("seed", "softmax", "layernorm", "chain10"):
         m = parse_module(open(os.path.join(directory, "timed", name + ".txt")).read())
         program = pipeline.compile_ptx(m, name, arch).program()
-        xs = [cp.random.standard_normal(p.shape, dtype=cp.float32) for p in m.params]
-        ys = [cp.empty(o.shape, cp.float32) for o in m.outputs]
+        xs = [cp.random.standard_normal(shape, dtype=cp.float32) for _, shape in program.inputs]
+        ys = [cp.empty(shape, cp.float32) for _, shape in program.outputs]
         row = {"tfjit_ms": _median_ms(lambda: cuda.run_dlpack(program, xs, ys), sync)}
         moved = sum(x.nbytes for x in xs) + sum(y.nbytes for y in ys)
         row["tfjit_GBps"] = moved / row["tfjit_ms"] / 1e6
@@ -160,6 +162,7 @@ def time_workloads(directory: str, arch: str) -> dict:
 def _peers() -> dict:
     """{workload: {"jax": make(xs) -> fn, "torch_compile": ...}} on the same CuPy arrays."""
     peers: dict = {}
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")   # CuPy holds memory too
     try:
         import jax
         import jax.numpy as jnp
@@ -204,8 +207,8 @@ def main(argv=None) -> int:
         prepare(args.directory)
         return 0
     from tfjit.runtime import cuda
-    arch = cuda.Device.get(0).arch
-    arch = arch if arch in ("sm_80", "sm_90") else ("sm_90" if arch > "sm_90" else "sm_80")
+    found = int(cuda.Device.get(0).arch[3:])       # PTX for the newest arch at or below it
+    arch = "sm_90" if found >= 90 else "sm_80"
     start = time.perf_counter()
     report = {"arch": arch, "compare": compare_modules(args.directory, arch, args.limit)}
     report["compare"]["seconds"] = time.perf_counter() - start
