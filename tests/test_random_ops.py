@@ -431,7 +431,8 @@ def test_box_muller_corners_agree_everywhere(wide):
     b.store(s, fn.args[4])
     b.store(c, fn.args[5])
     b.ret_void()
-    code = compile_ir(str(mod), ["bm"])
+    from tfjit import pipeline
+    code = compile_ir(str(mod), ["bm"], pipeline.jit_compiler())
     import ctypes
     ct = ctypes.c_double if wide else ctypes.c_float
     call = ctypes.CFUNCTYPE(None, *[ctypes.c_uint32] * 4, ctypes.POINTER(ct), ctypes.POINTER(ct))(code.addresses["bm"])
