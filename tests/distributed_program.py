@@ -24,7 +24,23 @@ from tfjit.runtime import launch  # noqa: E402
 if n > 0:
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(n)])
 else:          # one worker of a MultiWorkerMirroredStrategy (TF_CONFIG says which)
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    spec = resolver.cluster_spec()
+    # Both workers share the test machine's cores and compile at their first steps, so
+    # one can run tens of seconds behind the other: past TF's default 10 s heartbeat and
+    # shutdown-barrier timeouts, after which the early one's exit is reported as "tasks
+    # are unhealthy" to the late one (seen once under load).  The strategy keeps a
+    # coordination service configured before it; a killed peer is still found by its
+    # broken connection within seconds (test_a_killed_worker_fails_its_peer...).
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(
+            name="worker", num_tasks=spec.num_tasks("worker"))],
+        heartbeat_timeout_in_ms=30_000, shutdown_barrier_timeout_in_ms=180_000)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
 
 
 def local(values):
