@@ -38,8 +38,9 @@ import tempfile
 
 from llvmlite import ir
 
+from tfjit.codegen import llvm_cpu, llvm_target
 from tfjit.codegen.llvm_types import I64, PTR, VOID
-from tfjit.codegen.target import NotForTarget, Target
+from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.passes.fusion import KernelKind, walk
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -156,12 +157,10 @@ def add_entries(module: ir.Module, steps: list) -> list:
     return out
 
 
-def to_ptx(llvm_ir: str, arch: str, compiler=None) -> tuple:
+def to_ptx(llvm_ir: str, arch: str, compiler: Compiler) -> tuple:
     """(PTX, optimised IR) for ``arch``: in the compile server unless ``compiler`` says
-    in-process (codegen/target.py Compiler; None: the server)."""
-    from tfjit.codegen import llvm_cpu, llvm_target
-    from tfjit.codegen.target import Compiler
-    client = llvm_cpu.server(compiler or Compiler())
+    in-process."""
+    client = llvm_cpu.server(compiler)
     if client is not None:
         return client.request("ptx", llvm_ir, arch)
     return llvm_target.emit_ptx(llvm_ir, arch)

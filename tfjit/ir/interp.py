@@ -503,9 +503,8 @@ _SCATTER_COMBINE = {     # max/min as TF's CPU kernel: acc where strictly greate
 
 
 def _log_add_exp(acc, v):
-    """TF's CumulativeLogsumexp step: max + log1p(exp(min - max)), or max where it is
-    -inf, with Eigen's max/min (``v if acc < v else acc``): so 1 then NaN gives 1 + log 2,
-    inf, inf gives NaN.  Halves in float32, rounded per step."""
+    """TF's CumulativeLogsumexp step: max + log1p(exp(min - max)), or max where it is -inf,
+    with Eigen's max/min (``v if acc < v else acc``).  Halves in float32, rounded per step."""
     a, b = (x.astype(np.float64 if acc.dtype == np.float64 else np.float32) for x in (acc, v))
     with np.errstate(invalid="ignore", over="ignore"):
         hi, lo = np.where(a < b, b, a), np.where(b < a, b, a)

@@ -33,7 +33,7 @@ import threading
 import numpy as np
 
 from tfjit.runtime import abi
-from tfjit.runtime.launch import error_text
+from tfjit.runtime.launch import status_text
 
 
 class GpuError(RuntimeError):
@@ -199,9 +199,7 @@ def _execute(dev: Device, program: Program, inputs: list, outputs: list) -> None
             code = int(block_status[:4].view(np.int32)[0])
             if code:
                 details = block_status[abi.STATUS_DETAIL_OFFSET:].view(np.int64)
-                text = (error_text(program.messages[code - 1], details)
-                        if 0 < code <= len(program.messages) else f"status {code}")
-                raise KernelError(text)
+                raise KernelError(status_text(code, details, program.messages))
     finally:
         for p in owned:
             dev.free(p)

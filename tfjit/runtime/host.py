@@ -21,7 +21,7 @@ from tfjit import dtypes as dt
 from tfjit.runtime import launch
 from tfjit.runtime import abi
 from tfjit.runtime.abi import STATUS_BYTES
-from tfjit.runtime.launch import Executable, error_text
+from tfjit.runtime.launch import Executable, status_text
 
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.c_int64)
 ALIGN = abi.ALIGN
@@ -74,10 +74,8 @@ def run_executable(exe: Executable, inputs: list) -> list:
         if step.rows > 0:
             _KERNEL(step.fn)(bufs, 0, step.rows)
         if code[0] != 0:
-            k = int(code[0])
-            text = error_text(s.messages[k - 1].decode(), details) if 0 < k <= s.num_messages \
-                else f"status {k}"
-            raise ValueError(text)
+            messages = [s.messages[m].decode() for m in range(s.num_messages)]
+            raise ValueError(status_text(int(code[0]), details, messages))
     for o in range(s.num_outputs):
         if s.output_source[o] >= 0:
             outputs[o] = np.array(args[s.output_source[o]])

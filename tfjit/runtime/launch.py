@@ -49,6 +49,16 @@ def error_text(message: str, details: Sequence[int]) -> str:
     """A kernel's message with each ``{i}`` replaced by ``details[i]`` (as launch_op.cc's
     ErrorText does)."""
     return re.sub(r"\{([0-6])\}", lambda m: str(int(details[int(m.group(1))])), message)
+
+
+def status_text(code: int, details: Sequence[int], messages: Sequence[str]) -> str:
+    """The error a kernel's status block reports: message ``code`` (1-based) with its
+    details, or the bare code when it names no message."""
+    if 0 < code <= len(messages):
+        return error_text(messages[code - 1], details)
+    return f"status {code}"
+
+
 VARIABLE_DTYPE_OFFSET = 100      # a variable input signs as (value dtype + 100, value dims)
 
 
