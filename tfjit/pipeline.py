@@ -179,19 +179,23 @@ class Compiled:
     executable: object          # runtime.launch.Executable
     seconds: float
     cluster_def: bytes = b""    # the TF cluster it was lowered from (empty for a parsed module)
+    constants: dict = dataclasses.field(default_factory=dict)   # constant arguments' values
 
     @property
     def num_kernels(self) -> int:
         return len(self.fusions)
 
 
-def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=None) -> Compiled:
-    """Compiles one cluster for one input signature [(DType, shape)] (the JIT)."""
+def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=None,
+                    constants: dict | None = None) -> Compiled:
+    """Compiles one cluster for one input signature [(DType, shape)] (the JIT);
+    ``constants`` {input: numpy value}: the values of its constant arguments."""
     start = time.perf_counter()
-    m = lower_cluster(Graph.from_bytes(cluster_def), signature, name)
+    m = lower_cluster(Graph.from_bytes(cluster_def), signature, name, constants)
     compiled = compile_module(m, name, after_pass)
     compiled.signature = signature
     compiled.cluster_def = cluster_def
+    compiled.constants = dict(constants or {})
     compiled.seconds = time.perf_counter() - start
     return compiled
 

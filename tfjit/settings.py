@@ -40,6 +40,7 @@ class Flags:
     tfjit_bug_report: str = ""               # directory for a self-contained bug report
     tfjit_persistent_cache_directory: str = ""   # on-disk compile cache (off when empty)
     tfjit_compile_cache_size: int = 256      # compiled signatures kept in memory (LRU)
+    tfjit_max_constant_argument_variants: int = 16   # values of a cluster's constant args compiled
     tfjit_compile_in_process: bool = False   # run LLVM in this process (not the compile server)
     tfjit_compile_timeout: float = 300.0     # seconds a compile server request may take
     tfjit_verify_ir: bool = False            # the IR verifier after every pass (the tests turn it on)

@@ -17,6 +17,11 @@ lazily, once per concrete signature, when it first runs (DESIGN.md,
 "Execution"); a must-compile error then surfaces as the op's
 InvalidArgumentError, with the same message.
 
+An argument whose value fixes a shape, an axis or a bound (``def f(x, axis):
+return tf.reduce_sum(x, axis)`` called with a tensor ``axis``) is a constant
+argument (graph/const_args.py): such a signature always compiles lazily, once per
+value seen, up to ``--tfjit_max_constant_argument_variants`` values.
+
 A call recorded by a ``tf.GradientTape`` is differentiable: api/gradient.py
 registers the gradient of TfjitLaunch.
 """
@@ -73,7 +78,8 @@ class _Entry:
         outs = launch.launch(list(flat_tensors) + self.captures, cluster=self.spec.key,
                              cluster_def=self.spec.graph_def if graph_mode else b"",
                              Tout=self.out_dtypes, output_shapes=self.out_shapes,
-                             fallback=self.fallback if graph_mode else None)
+                             fallback=self.fallback if graph_mode else None,
+                             constant_args=self.spec.constant_args)
         return binding.pack_outputs(self.structured_outputs, outs)
 
     def latest(self):
@@ -195,7 +201,8 @@ class Function:
         SERVICE.register(spec.key, spec.graph_def, name=_safe(graph_name),
                          describe=_describer(graph_name, cf.graph))
         signature = _signature(cf)
-        if signature is None:     # compiled by the launch op, per concrete signature
+        if signature is None or spec.constant_args:   # compiled by the launch op, per concrete
+            # signature (and per value of the constant arguments)
             fallback = cf if self.fall_back and not tf.executing_eagerly() else None
             return _Entry(None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
                           fallback=fallback)

@@ -10,6 +10,11 @@ module hands ``on_miss`` to it.
 Nodes that auto mode made carry their original subgraph, so for them
 ``on_miss`` applies XLA's compile policy (see ``_policy``): lazy compilation,
 megamorphic clusters and compile failures all run the original subgraph.
+
+Constant arguments (graph/const_args.py: a Reshape's shape or reduction axes
+fed at run time) are compiled once per value, as XLA does, up to
+``--tfjit_max_constant_argument_variants`` values per cluster; past that, auto
+mode runs a new value in TensorFlow (warned once) and must-compile is an error.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ import dataclasses
 import logging
 import os
 import threading
+
+import numpy as np
 
 from tfjit import settings
 from tfjit.runtime import launch
@@ -36,6 +43,11 @@ class _ClusterState:
     last_signature: tuple | None = None
     megamorphic: bool = False
     failed: bool = False
+    too_many_variants: bool = False     # warned that new constant values run in TensorFlow
+
+
+class TooManyVariants(Exception):
+    """A cluster has compiled as many values of its constant arguments as it may."""
 
 
 class CompileService:
@@ -47,6 +59,7 @@ class CompileService:
         self._describers: dict = {}                   # key -> fn(LoweringError) -> message
         self.latest: dict = {}                        # key -> its latest pipeline.Compiled
         self.compile_counts = collections.Counter()   # key -> compilations
+        self.variants: dict = collections.defaultdict(set)   # key -> constant values compiled
         self.fallbacks = collections.Counter()        # key -> times the fallback was chosen
         self._states: dict = collections.defaultdict(_ClusterState)
         self.installed = False
@@ -75,19 +88,33 @@ class CompileService:
         """The registered cluster definition (serialised GraphDef), if any."""
         return self._defs.get(key)
 
-    def get(self, key: str, signature: tuple, name: str = "cluster"):
-        """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss."""
+    def get(self, key: str, signature: tuple, name: str = "cluster", constants: dict | None = None):
+        """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss.
+
+        ``constants`` {input: numpy value}: the values of its constant arguments; a value
+        not compiled before, once the cluster has compiled
+        ``--tfjit_max_constant_argument_variants`` of them, raises TooManyVariants."""
         from tfjit import pipeline   # the compiler, imported only when compiling
         from tfjit.api import dump
-        entry = (key, signature)
+        values = _values_key(constants)
+        entry = (key, signature, values)
         with self._lock:
             hit = self._compiled.get(entry)
             if hit is not None:
                 self._compiled.move_to_end(entry)
                 return hit
+            bound = settings.flags().tfjit_max_constant_argument_variants
+            if values and values not in self.variants[key] and len(self.variants[key]) >= bound:
+                raise TooManyVariants(
+                    f"tfjit cluster {self.names.get(key, key)}: its constant arguments (inputs "
+                    f"{', '.join(str(v[0]) for v in values)}: values that fix shapes, axes or "
+                    f"bounds, fed at run time) have taken more than {bound} values, and each "
+                    "value is compiled separately (--tfjit_max_constant_argument_variants)")
             passes = dump.pass_hook()      # None unless --tfjit_dump_pass_re asks for it
             compiled = pipeline.compile_cluster(self._defs[key], list(signature), name,
-                                                after_pass=passes)
+                                                after_pass=passes, constants=constants)
+            if values:
+                self.variants[key].add(values)
             self._compiled[entry] = compiled
             self.latest[key] = compiled
             self.compile_counts[key] += 1
@@ -105,27 +132,33 @@ class CompileService:
             self._compiled.clear()
 
     def on_miss(self, cluster: str, cluster_def: bytes, signature: list, *, executions: int = 0,
-                can_fall_back: bool = False):
-        """Runtime callback: signature is [(dtype_enum, dims)] from the launch op."""
+                can_fall_back: bool = False, constants: dict | None = None):
+        """Runtime callback: signature is [(dtype_enum, dims)] from the launch op,
+        ``constants`` {input: bytes} the values of its constant arguments."""
         from tfjit.pipeline import signature_of
         if cluster not in self._defs:
             if not cluster_def:
                 raise KeyError(f"unknown tfjit cluster {cluster} and no definition in the node")
             self.register(cluster, cluster_def)
+        sig = tuple(signature_of([d for d, _ in signature], [s for _, s in signature]))
+        values = _constant_values(sig, constants or {})
         if not can_fall_back:      # must-compile: every failure is the user's error
             from tfjit.lower.graph_to_ir import LoweringError
-            sig = tuple(signature_of([d for d, _ in signature], [s for _, s in signature]))
             try:
-                return self.get(cluster, sig, name=self.names.get(cluster, "cluster")).executable
+                return self.get(cluster, sig, name=self.names.get(cluster, "cluster"),
+                                constants=values).executable
+            except TooManyVariants as e:
+                raise launch.CompileError(f"{e}; pass such values as Python numbers or "
+                                          "constants, or raise the bound") from None
             except LoweringError as e:
                 describe = self._describers.get(cluster)
                 if describe is None:
                     raise
                 raise launch.CompileError(describe(e)) from None
         with self._lock:
-            return self._policy(cluster, signature, executions)
+            return self._policy(cluster, signature, executions, values)
 
-    def _policy(self, key: str, signature: list, executions: int):
+    def _policy(self, key: str, signature: list, executions: int, constants: dict | None = None):
         """Auto mode: compile, or run the original subgraph (``launch.Fallback``).
 
         As XLA: the first signature compiles at its first run; later new
@@ -134,13 +167,14 @@ class CompileService:
         ``MEGAMORPHIC_COMPILES`` times with fewer than
         ``MEGAMORPHIC_RUNS_PER_COMPILE`` runs per compile is megamorphic and
         stays on the fallback. Any compile failure falls back for that
-        signature, warned once per cluster, and is not retried.
+        signature, warned once per cluster, and is not retried; so does a value
+        of the constant arguments past the bound (``get``'s TooManyVariants).
         """
         from tfjit.pipeline import signature_of
         flags = settings.flags()
         state = self._states[key]
         name = self.names.get(key, key[:12])
-        sig = tuple((d, tuple(s)) for d, s in signature)
+        sig = tuple((d, tuple(s)) for d, s in signature) + _values_key(constants)
         state.requests[sig] += 1
         if state.megamorphic:
             return self._fall_back(key, "megamorphic", remember=True)
@@ -155,7 +189,13 @@ class CompileService:
                                    remember=False)
         try:
             compiled = self.get(key, tuple(signature_of([d for d, _ in signature],
-                                                        [s for _, s in signature])), name=name)
+                                                        [s for _, s in signature])), name=name,
+                                constants=constants)
+        except TooManyVariants as e:
+            if not state.too_many_variants:
+                log.warning("%s: new values run in TensorFlow", e)
+            state.too_many_variants = True
+            return self._fall_back(key, str(e), remember=True)
         except Exception as e:   # noqa: BLE001 - auto mode: any failure falls back
             if not flags.tfjit_fallback:
                 raise
@@ -181,16 +221,35 @@ class CompileService:
         return self._states[key]
 
 
+def _values_key(constants: dict | None) -> tuple:
+    """A hashable key of constant arguments' values: ((input, dtype, shape, bytes), ...)."""
+    return tuple((k, str(v.dtype), v.shape, v.tobytes()) for k, v in sorted((constants or {}).items()))
+
+
+def _constant_values(signature: tuple, constants: dict) -> dict:
+    """{input: numpy value} from the launch op's {input: bytes}, typed by the signature."""
+    out = {}
+    for k, data in constants.items():
+        dtype, shape = signature[k]
+        out[k] = np.frombuffer(data, dtype=dtype.numpy()).reshape(shape).copy()
+    return out
+
+
 def _why_recompile(old, new) -> str:
     if old is None:
         return "first signature"
-    if len(old) != len(new):
-        return f"{len(new)} inputs instead of {len(old)}"
-    for k, ((d0, s0), (d1, s1)) in enumerate(zip(old, new)):
+    for k, (a, b) in enumerate(zip(old, new)):
+        if len(a) == 4:          # constant arguments' values (_values_key) follow the inputs
+            if a != b:
+                return f"constant argument {a[0]} changed value"
+            continue
+        (d0, s0), (d1, s1) = a, b
         if d0 != d1:
             return f"input {k} dtype changed from enum {d0} to {d1}"
         if s0 != s1:
             return f"input {k} shape changed from {list(s0)} to {list(s1)}"
+    if len(old) != len(new):
+        return f"{len(new)} inputs instead of {len(old)}"
     return "same signature"
 
 

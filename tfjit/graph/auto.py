@@ -8,7 +8,9 @@ Steps (after XLA's MarkForCompilationPass; tfjit's own code):
 1. candidates: marking (graph/mark.py: a lowering exists and compiling keeps
    the op's meaning) plus auto mode's own filters, each with a reason: the
    ``--tfjit_ops_to_cluster`` allow-list, ``--tfjit_cluster_exclude_ops``,
-   ``_XlaCompile=false``/``_tfjit_compile=false`` opt-outs, non-CPU devices;
+   ``_XlaCompile=false``/``_tfjit_compile=false`` opt-outs, non-CPU devices,
+   and nodes whose value a compile needs but that read a variable (left to TF,
+   their output reaches the cluster as a constant argument: graph/const_args.py);
 2. a context per node (device, v1 control-flow frame, predicates it is
    conditional on): clusters never span two contexts;
 3. cycle-free edge contraction (graph/cluster.py), size limits in effective
@@ -26,7 +28,7 @@ import itertools
 
 from tfjit import settings
 from tfjit.graph import cluster as clustering
-from tfjit.graph import fallback
+from tfjit.graph import const_args, fallback
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
 from tfjit.graph.rewrite import rewrite
@@ -181,6 +183,7 @@ def cluster_graph(graph_def, tensor_info, options: Options, outputs: list | None
     """
     graph = Graph(graph_def)
     marks = candidates(graph, options)
+    marks.update(const_args.unconstant_refusals(graph, marks, tensor_info))
     ctx = contexts(graph)
     while True:
         groups = clustering.auto_clusters(graph, marks, options.min_size, options.max_size or None,

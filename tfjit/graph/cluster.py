@@ -29,6 +29,7 @@ class ClusterSpec:
     outputs: list          # [(node, output)] used outside
     graph_def: bytes       # the self-contained definition
     key: str               # content hash of graph_def
+    constant_args: tuple = ()   # inputs whose values the compile needs (graph/const_args.py)
 
 
 def _tensor_attrs(pb, dtype_enum: int, shape) -> None:
@@ -101,7 +102,20 @@ def extract(graph: Graph, names: list, tensor_info, outputs=None, inputs=None,
         ret.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=tensor_info(*src)[0]))
     data = gd.SerializeToString(deterministic=True)
     key = hashlib.sha256(data).hexdigest()[:24]
-    return ClusterSpec(name, order, inputs, list(outputs), data, key)
+    return ClusterSpec(name, order, inputs, list(outputs), data, key,
+                       _constant_args(graph, inside, arg_of, tensor_info))
+
+
+def _constant_args(graph: Graph, inside: set, arg_of: dict, tensor_info) -> tuple:
+    """The cluster inputs whose values its lowering needs (sorted input indices): tensors
+    of a type tfjit computes (a resource handle or a TensorList is never one; the
+    lowering then says what it needs)."""
+    from tfjit import dtypes as dt
+    from tfjit.graph.const_args import DT_RESOURCE, must_be_constant
+    need = must_be_constant(graph, inside)
+    return tuple(sorted(arg_of[src] for src in need if src in arg_of
+                        and tensor_info(*src)[0] != DT_RESOURCE
+                        and dt.from_tf_enum(tensor_info(*src)[0]) is not None))
 
 
 def _tensor_name(src) -> str:

@@ -74,6 +74,9 @@ def rewrite(graph_def, specs: list, tensor_info, fallbacks: dict | None = None):
             list=attr_value_pb2.AttrValue.ListValue(type=[d for d, _ in infos_out])))
         node.attr["cluster"].CopyFrom(attr_value_pb2.AttrValue(s=s.key.encode()))
         node.attr["cluster_def"].CopyFrom(attr_value_pb2.AttrValue(s=s.graph_def))
+        if s.constant_args:     # read by the launch op, compiled per value (graph/const_args.py)
+            node.attr["constant_args"].CopyFrom(attr_value_pb2.AttrValue(
+                list=attr_value_pb2.AttrValue.ListValue(i=list(s.constant_args))))
         shapes = []
         for _, shape in infos_out:
             proto = tensor_shape_pb2.TensorShapeProto(unknown_rank=shape is None)

@@ -10,6 +10,8 @@ modules of their own (``Functions``; lower/control_flow.py).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
 from tfjit.graph.functions import function_graph, validate
 from tfjit.graph.graphdef import Graph
@@ -38,12 +40,22 @@ def _fold(instr, values):
         return None    # e.g. a constant integer division by zero: the kernel reports it at run time
 
 
-def lower_cluster(graph: Graph, signature: list, name: str) -> Module:
-    """``signature`` is [(DType, shape)] per cluster input."""
+def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | None = None) -> Module:
+    """``signature`` is [(DType, shape)] per cluster input.  ``constants`` {input: value}:
+    inputs this module is compiled for one value of (constant arguments,
+    graph/const_args.py); their nodes see a constant, and the parameter stays (the
+    launch op still passes the input) but is read by nothing."""
     m = Module(name)
     m.folder = _fold
     params = [m.parameter(d, shp) for d, shp in signature]
     args = list(params)
+    for k, value in (constants or {}).items():
+        d, shp = signature[k]
+        value = np.asarray(value)
+        if value.shape != tuple(shp) or value.dtype != np.dtype(d.numpy()):
+            raise LoweringError(f"{ARG_PREFIX}{k}", "Placeholder", f"the value of constant argument "
+                                f"{k} is {value.dtype}{list(value.shape)}, the signature says {d}{list(shp)}")
+        args[k] = m.constant(value, d)
     for node in graph.nodes.values():
         if node.name.startswith(ARG_PREFIX) and node.op == "Placeholder":
             k = int(node.name[len(ARG_PREFIX):])

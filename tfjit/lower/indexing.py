@@ -55,7 +55,7 @@ def gather(ctx, params: Instr, indices: Instr, axis: int, batch_dims: int) -> In
     return ctx.m.gather(params, _index(ctx, indices), axis, batch_dims)
 
 
-@register("GatherV2", "Gather", dtypes=ALL)
+@register("GatherV2", "Gather", dtypes=ALL, const_inputs=(2,))
 def _gather(ctx):
     axis = ctx.const_ints(2, "GatherV2's axis")[0] if ctx.node.op == "GatherV2" else 0
     return gather(ctx, ctx.inputs[0], ctx.inputs[1], axis, int(ctx.attr("batch_dims", 0)))
@@ -150,7 +150,7 @@ def _resource_scatter(ctx):
     return []
 
 
-@register("Cumsum", "Cumprod", dtypes=NUMERIC)
+@register("Cumsum", "Cumprod", dtypes=NUMERIC, const_inputs=(1,))
 def _cumulative(ctx):
     x = ctx.inputs[0]
     if x.rank == 0:
@@ -178,7 +178,7 @@ def _cumulative_logsumexp(ctx):
                       bool(ctx.attr("reverse")))
 
 
-@register("TopKV2", dtypes=NUMERIC)
+@register("TopKV2", dtypes=NUMERIC, const_inputs=(1,))
 def _top_k(ctx):
     """Values and indices of the k largest along the last dim, largest first, ties by
     lower index.  ``sorted=False`` is compiled sorted (TF leaves that order unspecified).

@@ -37,7 +37,7 @@ def dilate(m: Module, x: Instr, factors: list) -> Instr:
     return m.slice(y, [0] * x.rank, [(n - 1) * f + 1 if n else 0 for n, f in zip(x.shape, factors)])
 
 
-@register("StridedSliceGrad", dtypes=registry.ALL)
+@register("StridedSliceGrad", dtypes=registry.ALL, const_inputs=(0, 1, 2, 3))
 def _strided_slice_grad(ctx: LowerCtx):
     """Zeros of ``shape`` with ``dy`` at the elements StridedSlice(begin, end, strides) reads."""
     m = ctx.m
@@ -85,7 +85,7 @@ def _along(x: Instr, dim: int, start: int, size: int, step: int):
     return starts, sizes, steps
 
 
-@register("MirrorPad", dtypes=registry.ALL)
+@register("MirrorPad", dtypes=registry.ALL, const_inputs=(1,))
 def _mirror_pad(ctx: LowerCtx):
     m, x = ctx.m, ctx.inputs[0]
     skip = _mirror_mode(ctx)
@@ -105,7 +105,7 @@ def _mirror_pad(ctx: LowerCtx):
     return x
 
 
-@register("MirrorPadGrad", half_in_f32=True)
+@register("MirrorPadGrad", half_in_f32=True, const_inputs=(1,))
 def _mirror_pad_grad(ctx: LowerCtx):
     """Each border gradient is added to the element the border mirrored."""
     m, g = ctx.m, ctx.inputs[0]

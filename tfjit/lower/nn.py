@@ -89,7 +89,7 @@ def _erfc(ctx):
 
 # -- OneHot, L2Loss, BiasAddGrad ---------------------------------------------------------
 
-@register("OneHot", dtypes=ALL)
+@register("OneHot", dtypes=ALL, const_inputs=(1,))
 def _one_hot(ctx):
     m = ctx.m
     indices, _, on, off = ctx.inputs

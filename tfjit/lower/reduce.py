@@ -47,15 +47,15 @@ def _rule(kind: str, dtypes):
     return rule
 
 
-register("Sum", half_in_f32=True)(_rule("sum", NUMERIC))
-register("Prod", half_in_f32=True)(_rule("prod", NUMERIC))
-register("Max", half_in_f32=True)(_rule("max", NUMERIC))
-register("Min", half_in_f32=True)(_rule("min", NUMERIC))
-register("All", dtypes=(dt.PRED,))(_rule("and", ALL))
-register("Any", dtypes=(dt.PRED,))(_rule("or", ALL))
+register("Sum", half_in_f32=True, const_inputs=(1,))(_rule("sum", NUMERIC))
+register("Prod", half_in_f32=True, const_inputs=(1,))(_rule("prod", NUMERIC))
+register("Max", half_in_f32=True, const_inputs=(1,))(_rule("max", NUMERIC))
+register("Min", half_in_f32=True, const_inputs=(1,))(_rule("min", NUMERIC))
+register("All", dtypes=(dt.PRED,), const_inputs=(1,))(_rule("and", ALL))
+register("Any", dtypes=(dt.PRED,), const_inputs=(1,))(_rule("or", ALL))
 
 
-@register("Mean", half_in_f32=True)
+@register("Mean", half_in_f32=True, const_inputs=(1,))
 def _mean(ctx):
     """TF sums integers narrower than 64 bits in int64/uint64 (no wrap-around),
     divides (truncating) and casts back."""
@@ -89,8 +89,8 @@ def _argreduce(kind: str):
     return rule
 
 
-register("ArgMax", dtypes=ALL, half_in_f32=True)(_argreduce("max"))
-register("ArgMin", dtypes=ALL, half_in_f32=True)(_argreduce("min"))
+register("ArgMax", dtypes=ALL, half_in_f32=True, const_inputs=(1,))(_argreduce("max"))
+register("ArgMin", dtypes=ALL, half_in_f32=True, const_inputs=(1,))(_argreduce("min"))
 
 
 def _shifted_logits(m, x):

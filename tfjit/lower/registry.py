@@ -10,6 +10,11 @@ Cross-cutting work lives in the decorator, not in rule bodies:
 * half precision (``half_in_f32=True``): f16/bf16 inputs are converted to f32,
   the rule computes in f32, and float results are converted back.
 
+* compile-time constant operands (``const_inputs=``): the inputs whose value
+  the rule reads with ``ctx.const`` (Reshape's shape, reduction axes, ...), as
+  XLA's ``CompileTimeConstantInput``.  graph/const_args.py reads them to find
+  the cluster inputs that must be constant arguments (compiled per value).
+
 A rule that cannot lower a particular instance (e.g. a shape operand that is
 not a compile-time constant) raises ``Unsupported`` with the reason.
 """
@@ -73,6 +78,7 @@ class Rule:
     tf_passes: int = 1
     opaque_types: frozenset = frozenset()
     type_attr: str = "T"
+    const_inputs: object = ()     # input indices (negative: from the end), or fn(node, value_of)
 
 
 RULES: dict[str, Rule] = {}
@@ -80,20 +86,24 @@ VARIANT_RULES: dict[str, Rule] = {}   # the op on TF variant values (TensorLists
 
 
 def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
-             opaque_types=(), type_attr: str = "T"):
+             opaque_types=(), type_attr: str = "T", const_inputs=()):
     """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
     (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
     that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone.
     ``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
     list although tfjit computes no tensors of them (control flow carries TensorLists and
     variables as the values they stand for).  ``type_attr``: the attribute holding the
-    value type the ``dtypes`` check applies to (ops that make values name it ``dtype``)."""
+    value type the ``dtypes`` check applies to (ops that make values name it ``dtype``).
+    ``const_inputs``: the inputs the rule needs as compile-time constants: indices
+    (negative ones count from the last input), or ``fn(node, value_of) -> indices`` when
+    that depends on the node (``value_of(i)``: input i's value when a Const makes it, else
+    None)."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
             RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes, frozenset(opaque_types),
-                             type_attr)
+                             type_attr, const_inputs if callable(const_inputs) else tuple(const_inputs))
         return fn
     return deco
 
@@ -115,6 +125,17 @@ def _rule(node: Node) -> Rule | None:
     if isinstance(t, TFType) and t.name == "variant" and node.op in VARIANT_RULES:
         return VARIANT_RULES[node.op]
     return RULES.get(node.op)
+
+
+def const_inputs(node: Node, value_of=lambda i: None) -> list:
+    """The indices of ``node``'s inputs that its lowering needs as compile-time constants
+    (sorted, non-negative); ``value_of(i)``: input i's value when a Const makes it."""
+    rule = _rule(node)
+    if rule is None:
+        return []
+    spec = rule.const_inputs(node, value_of) if callable(rule.const_inputs) else rule.const_inputs
+    n = len(node.inputs)
+    return sorted({i % n for i in spec if -n <= i < n})
 
 
 def multi_pass_ops() -> dict:

@@ -75,13 +75,13 @@ def reshape_target(in_shape: tuple, sizes: list) -> tuple:
     return tuple(sizes)
 
 
-@register("Reshape", dtypes=registry.ALL)
+@register("Reshape", dtypes=registry.ALL, const_inputs=(1,))
 def _reshape(ctx: LowerCtx):
     x = ctx.inputs[0]
     return ctx.m.reshape(x, reshape_target(x.shape, ctx.const_ints(1, "Reshape's shape")))
 
 
-@register("ExpandDims", dtypes=registry.ALL)
+@register("ExpandDims", dtypes=registry.ALL, const_inputs=(1,))
 def _expand_dims(ctx: LowerCtx):
     x, axes = ctx.inputs[0], ctx.const_ints(1, "ExpandDims' axis")
     if len(axes) != 1:
@@ -101,7 +101,7 @@ def _squeeze(ctx: LowerCtx):
     return ctx.m.reshape(x, keep)
 
 
-@register("Transpose", dtypes=registry.ALL)
+@register("Transpose", dtypes=registry.ALL, const_inputs=(1,))
 def _transpose(ctx: LowerCtx):
     x, perm = ctx.inputs[0], ctx.const_ints(1, "Transpose's perm")
     if sorted(perm) != list(range(x.rank)):
@@ -118,12 +118,12 @@ def _broadcast_to_shape(ctx: LowerCtx, x: Instr, shape: list) -> Instr:
     return broadcast_to(ctx.m, x, tuple(shape))
 
 
-@register("BroadcastTo", dtypes=registry.ALL)
+@register("BroadcastTo", dtypes=registry.ALL, const_inputs=(1,))
 def _broadcast_to(ctx: LowerCtx):
     return _broadcast_to_shape(ctx, ctx.inputs[0], ctx.const_ints(1, "BroadcastTo's shape"))
 
 
-@register("Fill", dtypes=registry.ALL)
+@register("Fill", dtypes=registry.ALL, const_inputs=(0,))
 def _fill(ctx: LowerCtx):
     dims, value = ctx.const_ints(0, "Fill's dims"), ctx.inputs[1]
     if value.size != 1 or any(d < 0 for d in dims):
@@ -141,7 +141,7 @@ def _ones_like(ctx: LowerCtx):
     return scalar_like(ctx.m, 1, ctx.inputs[0])
 
 
-@register("Tile", dtypes=registry.ALL)
+@register("Tile", dtypes=registry.ALL, const_inputs=(1,))
 def _tile(ctx: LowerCtx):
     x, multiples = ctx.inputs[0], ctx.const_ints(1, "Tile's multiples")
     if len(multiples) != x.rank or any(k < 0 for k in multiples):
@@ -153,7 +153,7 @@ def _tile(ctx: LowerCtx):
 
 # -- padding, slicing, joining -----------------------------------------------
 
-@register("Pad", "PadV2", dtypes=registry.ALL)
+@register("Pad", "PadV2", dtypes=registry.ALL, const_inputs=(1,))
 def _pad(ctx: LowerCtx):
     x = ctx.inputs[0]
     paddings = np.asarray(ctx.const(1, f"{ctx.node.op}'s paddings")).astype(np.int64)
@@ -168,7 +168,7 @@ def _pad(ctx: LowerCtx):
     return ctx.m.pad(x, value, paddings[:, 0].tolist(), paddings[:, 1].tolist())
 
 
-@register("Slice", dtypes=registry.ALL)
+@register("Slice", dtypes=registry.ALL, const_inputs=(1, 2))
 def _slice(ctx: LowerCtx):
     x = ctx.inputs[0]
     begin, size = ctx.const_ints(1, "Slice's begin"), ctx.const_ints(2, "Slice's size")
@@ -241,7 +241,23 @@ def strided_slice_spec(shape: tuple, begin, end, strides, begin_mask: int, end_m
     return starts, sizes, steps, final_shape
 
 
-@register("StridedSlice", dtypes=registry.ALL)
+def _strided_slice_const_inputs(node, value_of) -> tuple:
+    """Strides always; begin and end too, unless the slice is one ``_indexed_slice``
+    takes at run time (then a begin fed at run time compiles once, not per value):
+    every dim up to the strides' length is an index (shrink, stride 1) or a full ':'."""
+    strides = value_of(3)
+    masks = {k: int(node.attrs.get(k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask",
+                                                    "new_axis_mask", "shrink_axis_mask")}
+    if strides is None or masks["ellipsis_mask"] or masks["new_axis_mask"]:
+        return (1, 2, 3)
+    full = masks["begin_mask"] & masks["end_mask"]
+    for d, s in enumerate(np.asarray(strides).reshape(-1).tolist()):
+        if s != 1 or not (masks["shrink_axis_mask"] | full) & (1 << d):
+            return (1, 2, 3)
+    return (3,)
+
+
+@register("StridedSlice", dtypes=registry.ALL, const_inputs=_strided_slice_const_inputs)
 def _strided_slice(ctx: LowerCtx):
     x = ctx.inputs[0]
     if ctx.inputs[1].op is not Op.CONSTANT and ctx.inputs[3].op is Op.CONSTANT:
@@ -293,7 +309,7 @@ def _join(ctx: LowerCtx, xs: list, axis: int) -> Instr:
     return ctx.m.concat(non_empty or xs[:1], axis)
 
 
-@register("ConcatV2", dtypes=registry.ALL)
+@register("ConcatV2", dtypes=registry.ALL, const_inputs=(-1,))
 def _concat(ctx: LowerCtx):
     xs, axis = ctx.inputs[:-1], ctx.const_ints(len(ctx.inputs) - 1, "ConcatV2's axis")
     if xs[0].rank == 0:
@@ -327,7 +343,7 @@ def _unpack(ctx: LowerCtx):
 
 # -- values that follow from shapes ---------------------------------------------
 
-@register("Range", dtypes=registry.ALL)
+@register("Range", dtypes=registry.ALL, const_inputs=(0, 1, 2))
 def _range(ctx: LowerCtx):
     dtype = ctx.attr("Tidx").ir
     start, limit, delta = (np.asarray(ctx.const(i, f"Range's {w}")).reshape(()).astype(dtype.numpy())
@@ -350,7 +366,7 @@ def _range(ctx: LowerCtx):
     return ctx.m.constant(values.astype(dtype.numpy()), dtype)
 
 
-@register("ReverseV2", dtypes=registry.ALL)
+@register("ReverseV2", dtypes=registry.ALL, const_inputs=(1,))
 def _reverse(ctx: LowerCtx):
     """A slice with stride -1 along each reversed axis (duplicates are TF's error)."""
     x = ctx.inputs[0]

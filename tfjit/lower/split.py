@@ -18,7 +18,7 @@ def _pieces(ctx, x, axis: int, sizes: list) -> list:
     return outs
 
 
-@register("Split", dtypes=registry.ALL)
+@register("Split", dtypes=registry.ALL, const_inputs=(0,))
 def _split(ctx):
     axis, x = ctx.const_ints(0, "Split's axis")[0], ctx.inputs[1]
     num = int(ctx.attr("num_split"))
@@ -28,7 +28,7 @@ def _split(ctx):
     return _pieces(ctx, x, axis, [dim // num] * num)
 
 
-@register("SplitV", dtypes=registry.ALL)
+@register("SplitV", dtypes=registry.ALL, const_inputs=(1, 2))
 def _split_v(ctx):
     x, sizes = ctx.inputs[0], ctx.const_ints(1, "SplitV's size_splits")
     axis = ctx.const_ints(2, "SplitV's axis")[0]

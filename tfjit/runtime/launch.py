@@ -29,6 +29,7 @@ COMPILE_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int64,           # cluster, cluster_def, len
     ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),              # num_inputs, dtypes
     ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64),  # ranks, dims
+    ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),  # values, value_bytes
     ctypes.c_int64, ctypes.c_int32,                              # executions, can_fall_back
     ctypes.POINTER(ctypes.c_void_p),                             # out
     ctypes.c_void_p, ctypes.c_int32)                             # error, error_len
@@ -292,21 +293,24 @@ def _write_error(buffer: int, size: int, text: str) -> None:
 
 
 def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
-    def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, executions, can_fall_back,
-                 out, error, error_len):
+    def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, values, value_bytes,
+                 executions, can_fall_back, out, error, error_len):
         try:
-            signature, pos = [], 0
+            signature, pos, constants = [], 0, {}
             for i in range(n):
                 signature.append((dtypes[i], tuple(dims[pos:pos + ranks[i]])))
                 pos += ranks[i]
+                if values[i]:
+                    constants[i] = ctypes.string_at(values[i], value_bytes[i])
             name = cluster.decode()
-            key = (name, tuple(signature))
+            key = (name, tuple(signature), tuple(sorted(constants.items())))
             with _callback_lock:
                 exe = _executables.get(key)
             if exe is None:
                 cluster_def = ctypes.string_at(def_ptr, def_len) if def_len else b""
+                extra = {"constants": constants} if constants else {}
                 exe = fn(name, cluster_def, signature, executions=executions,
-                         can_fall_back=bool(can_fall_back))
+                         can_fall_back=bool(can_fall_back), **extra)
                 if not isinstance(exe, Executable):
                     raise TypeError(f"compile callback returned {type(exe).__name__}, "
                                     "not tfjit.runtime.launch.Executable")
@@ -330,10 +334,13 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
 
 
 def set_compile_callback(fn: Callable[..., Executable] | None) -> None:
-    """Registers ``fn(cluster, cluster_def, signature, *, executions, can_fall_back)
-    -> Executable`` for cache misses.
+    """Registers ``fn(cluster, cluster_def, signature, *, executions, can_fall_back
+    [, constants]) -> Executable`` for cache misses.
 
-    ``signature`` is ``[(tf_dtype_enum, dims), ...]`` per input; ``executions``
+    ``signature`` is ``[(tf_dtype_enum, dims), ...]`` per input; ``constants``
+    (passed only to nodes that have constant arguments) is ``{input: bytes}``, the
+    values of the inputs the code is compiled for (the node's ``constant_args``;
+    each distinct value is a miss of its own); ``executions``
     counts the node's runs so far; ``can_fall_back`` says whether the node has
     its original subgraph to run instead (then ``fn`` may raise ``Fallback``).
     Any other exception raised by ``fn`` becomes the op's InvalidArgumentError
@@ -382,16 +389,17 @@ def set_pass_callback(fn: Callable[[bytes, bool, int, str], bytes | None] | None
 # -- Running ----------------------------------------------------------------
 
 def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
-           output_shapes: list, fallback=None, name: str | None = None) -> list:
+           output_shapes: list, fallback=None, constant_args=(), name: str | None = None) -> list:
     """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs.
 
     ``fallback``: a function (e.g. a ConcreteFunction, added to the graph) that takes
     the same inputs and returns the same outputs: the node can then run it instead of
-    compiled code (the compile callback decides, per signature)."""
+    compiled code (the compile callback decides, per signature).  ``constant_args``:
+    the inputs whose values are part of the signature (compiled per value)."""
     return _lib().ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
                                    cluster_def=cluster_def, output_shapes=output_shapes,
                                    fallback=[fallback] if fallback is not None else [],
-                                   name=name)
+                                   constant_args=list(constant_args), name=name)
 
 
 def clear_cache() -> None:

@@ -38,9 +38,16 @@
 //     starts; cost_per_row (estimated CPU cycles per row) decides whether a
 //     step runs inline or sharded. Temps are allocated per launch, 64-byte aligned.
 //
+//   Constant arguments (attr constant_args): inputs whose values the compiled code
+//     was specialised to (graph/const_args.py: Reshape's shape, reduction axes, ...
+//     fed at run time). Their bytes are part of the signature, after their dims, so
+//     each distinct value has its own executable; they are host tensors (CPU).
+//
 //   int32_t TfjitCompileCallback(cluster, cluster_def, cluster_def_len,
-//       num_inputs, dtypes, ranks, dims (concatenated), executions, can_fall_back,
-//       out, error, error_len);
+//       num_inputs, dtypes, ranks, dims (concatenated), values, value_bytes,
+//       executions, can_fall_back, out, error, error_len);
+//     values[i]/value_bytes[i]: the data of constant argument i (NULL/0 for the
+//     other inputs), valid during the call.
 //     Called on a cache miss; returns 0 and sets *out, or nonzero and writes a
 //     NUL-terminated message into error: 1 = error, 2 = run the fallback this
 //     time (ask again next time), 3 = run the fallback for this signature from
@@ -61,11 +68,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "tensorflow/core/framework/function.h"
 #include "tensorflow/core/framework/op.h"
@@ -85,7 +95,8 @@ void TfjitAbiLayout(int64_t* out) { TfjitAbiLayoutOf(out); }
 typedef int32_t (*TfjitCompileCallback)(
     const char* cluster, const char* cluster_def, int64_t cluster_def_len,
     int32_t num_inputs, const int32_t* dtypes, const int32_t* ranks,
-    const int64_t* dims, int64_t executions, int32_t can_fall_back,
+    const int64_t* dims, const void* const* values, const int64_t* value_bytes,
+    int64_t executions, int32_t can_fall_back,
     const TfjitExecutable** out, char* error, int32_t error_len);
 }
 
@@ -148,6 +159,15 @@ class TfjitLaunchOp : public AsyncOpKernel {
                 Invalid("TfjitLaunch: at most one fallback function, got ", fallback.size()));
     if (!fallback.empty()) fallback_ = fallback[0];
     has_fallback_ = !fallback.empty();
+    std::vector<int64_t> constant_args;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("constant_args", &constant_args));
+    is_constant_.assign(ctx->num_inputs(), false);
+    for (int64_t i : constant_args) {
+      OP_REQUIRES(ctx, i >= 0 && i < ctx->num_inputs() && ctx->input_type(i) != DT_RESOURCE,
+                  Invalid("TfjitLaunch ", cluster_, ": constant argument ", i,
+                          " is not a tensor input (", ctx->num_inputs(), " inputs)"));
+      is_constant_[i] = true;
+    }
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -175,14 +195,23 @@ class TfjitLaunchOp : public AsyncOpKernel {
   }
 
  private:
-  // Calls emit(v) for each input's dtype, rank and dims: the input signature.
+  // Calls emit(v) for each input's dtype, rank and dims, and a constant
+  // argument's byte count and bytes (in 8-byte words, zero-padded): the signature.
   template <typename Emit>
-  static void ForSignature(OpKernelContext* ctx, const Variables& vars, Emit emit) {
+  void ForSignature(OpKernelContext* ctx, const Variables& vars, Emit emit) const {
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const TensorShape& shape = vars.value(ctx, i).shape();
       emit(vars.signature_dtype(ctx, i));
       emit(shape.dims());
       for (int d = 0; d < shape.dims(); ++d) emit(shape.dim_size(d));
+      if (!is_constant_[i]) continue;
+      const absl::string_view data = ctx->input(i).tensor_data();
+      emit(static_cast<int64_t>(data.size()));
+      for (size_t p = 0; p < data.size(); p += sizeof(int64_t)) {
+        int64_t word = 0;
+        std::memcpy(&word, data.data() + p, std::min(sizeof(int64_t), data.size() - p));
+        emit(word);
+      }
     }
   }
 
@@ -261,18 +290,26 @@ class TfjitLaunchOp : public AsyncOpKernel {
     const std::string& cluster_def = def_it == attrs.end() ? empty : def_it->second.s();
     absl::InlinedVector<int32_t, 8> dtypes, ranks;
     absl::InlinedVector<int64_t, 16> dims;
+    absl::InlinedVector<const void*, 8> values(ctx->num_inputs(), nullptr);
+    absl::InlinedVector<int64_t, 8> value_bytes(ctx->num_inputs(), 0);
     for (int i = 0; i < ctx->num_inputs(); ++i) {
       const TensorShape& shape = vars.value(ctx, i).shape();
       dtypes.push_back(vars.signature_dtype(ctx, i));
       ranks.push_back(shape.dims());
       for (int d = 0; d < shape.dims(); ++d) dims.push_back(shape.dim_size(d));
+      if (is_constant_[i]) {
+        const absl::string_view data = ctx->input(i).tensor_data();
+        values[i] = data.data();
+        value_bytes[i] = static_cast<int64_t>(data.size());
+      }
     }
     char error[kErrorLen] = {0};
     const TfjitExecutable* result = nullptr;
     const int32_t rc = callback(cluster_.c_str(), cluster_def.data(),
                                 static_cast<int64_t>(cluster_def.size()),
                                 ctx->num_inputs(), dtypes.data(), ranks.data(),
-                                dims.data(), executions_.load(std::memory_order_relaxed),
+                                dims.data(), values.data(), value_bytes.data(),
+                                executions_.load(std::memory_order_relaxed),
                                 has_fallback_ ? 1 : 0, &result, error, kErrorLen);
     error[kErrorLen - 1] = '\0';
     if (has_fallback_ && (rc == kCallbackFallbackOnce || rc == kCallbackFallbackAlways)) {
@@ -520,6 +557,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
   std::string cluster_;
   NameAttrList fallback_;
   bool has_fallback_ = false;
+  std::vector<bool> is_constant_;   // per input: a constant argument (attr constant_args)
   std::atomic<int64_t> executions_{0};
   absl::Mutex fallback_mu_;
   std::unordered_map<FunctionLibraryRuntime*, FunctionLibraryRuntime::Handle> handles_
@@ -541,6 +579,7 @@ REGISTER_OP("TfjitLaunch")
     .Attr("cluster_def: string = ''")
     .Attr("output_shapes: list(shape) >= 0")
     .Attr("fallback: list(func) = []")
+    .Attr("constant_args: list(int) = []")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       std::vector<PartialTensorShape> shapes;
       TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));

@@ -1,0 +1,212 @@
+"""Constant arguments (issue 16): operands a lowering needs at compile time, fed at run time.
+
+A Reshape's shape, reduction axes, slice bounds, paddings, ... that come from
+outside the cluster are read by the launch op, keyed with the signature and
+compiled once per value (graph/const_args.py, api/service.py).  Every row runs
+two values through the same compiled function and compares both with TF's
+executor; the bound (--tfjit_max_constant_argument_variants) falls back in auto
+mode and is an error in must-compile.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from oracle import assert_matches
+import tfjit
+from tfjit import config
+from tfjit.api import autojit
+from tfjit.api.service import SERVICE
+from tfjit.api.tracing import tensor_info
+from tfjit.graph import auto
+
+RNG = np.random.default_rng(16)
+X2 = RNG.standard_normal((4, 6)).astype(np.float32)
+X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+
+
+def i32(*v):
+    return np.asarray(v if len(v) != 1 else v[0], np.int32)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    fn: object          # fn(x, *constants)
+    x: np.ndarray
+    values: tuple       # two tuples of constant arguments (same shapes: one trace)
+
+
+CASES = [
+    Case("Sum axes", lambda x, a: tf.reduce_sum(x * 2.0, a), X2, ((i32(0),), (i32(1),))),
+    Case("Max axes keepdims", lambda x, a: tf.reduce_max(x + 1.0, a, keepdims=True), X3,
+         ((i32(-1, 0),), (i32(0, 2),))),
+    Case("Mean axes", lambda x, a: tf.reduce_mean(x - 1.0, a), X3, ((i32(1),), (i32(2),))),
+    Case("ArgMax axis", lambda x, a: tf.argmax(x * 3.0, a), X2, ((i32(0),), (i32(1),))),
+    Case("Slice begin/size", lambda x, b, s: tf.slice(x + 1.0, b, s), X2,
+         ((i32(0, 1), i32(2, 3)), (i32(1, 0), i32(-1, 6)))),
+    Case("StridedSlice begin/end/strides", lambda x, b, e, s: tf.strided_slice(x * 2.0, b, e, s), X2,
+         ((i32(0, 0), i32(4, 6), i32(1, 2)), (i32(3, 5), i32(0, 0), i32(-1, -2)))),
+    Case("Pad paddings", lambda x, p: tf.pad(x + 1.0, p), X2,
+         ((i32([1, 0], [0, 2]),), (i32([0, 3], [1, 1]),))),
+    Case("MirrorPad REFLECT", lambda x, p: tf.pad(x * 2.0, p, mode="REFLECT"), X2,
+         ((i32([1, 2], [0, 3]),), (i32([3, 0], [2, 2]),))),
+    Case("MirrorPad SYMMETRIC", lambda x, p: tf.pad(x * 2.0, p, mode="SYMMETRIC"), X2,
+         ((i32([4, 0], [0, 6]),), (i32([1, 1], [2, 0]),))),
+    Case("Reshape shape", lambda x, s: tf.reshape(x * 2.0, s), X2, ((i32(6, 4),), (i32(2, -1),))),
+    Case("Tile multiples", lambda x, m: tf.tile(x + 1.0, m), X2, ((i32(1, 2),), (i32(3, 1),))),
+    Case("Transpose perm", lambda x, p: tf.transpose(x * 2.0, p), X3,
+         ((i32(2, 0, 1),), (i32(1, 2, 0),))),
+    Case("Fill dims", lambda x, d: tf.fill(d, x[0, 0] * 2.0), X2, ((i32(2, 3),), (i32(5, 1),))),
+    Case("Range int", lambda x, s, l, d: tf.range(s, l, d) * 2, X2,
+         ((i32(0), i32(7), i32(2)), (i32(10), i32(-3), i32(-3)))),
+    Case("Range float", lambda x, s, l, d: tf.range(s, l, d) + x[0, 0], X2,
+         ((np.float32(0.5), np.float32(3.0), np.float32(0.75)),
+          (np.float32(2.0), np.float32(-1.0), np.float32(-0.5)))),
+    Case("BroadcastTo shape", lambda x, s: tf.broadcast_to(x[0] * 2.0, s), X2,
+         ((i32(3, 6),), (i32(1, 6),))),
+    Case("Split axis", lambda x, a: tf.split(x * 2.0, 2, axis=a), X2, ((i32(0),), (i32(1),))),
+    Case("SplitV sizes/axis", lambda x, s, a: tf.split(x + 1.0, s, axis=a), X2,
+         ((i32(1, 3), i32(0)), (i32(4, -1), i32(1)))),
+    Case("computed shape", lambda x, n: tf.reshape(x * 2.0, tf.stack([n * 2, -1])), X2,
+         ((i32(1),), (i32(3),))),
+]
+
+
+def compare(got, want, what):
+    got, want = tf.nest.flatten(got), tf.nest.flatten(want)
+    assert len(got) == len(want), what
+    for g, w in zip(got, want):
+        assert_matches(np.asarray(g), np.asarray(w), what=what)
+
+
+def only_entry(f):
+    (entry,) = f._entries.values()
+    return entry
+
+
+@pytest.fixture
+def flags():
+    saved = dataclasses.replace(config.flags())
+    yield config.flags()
+    for f in dataclasses.fields(saved):
+        setattr(config.flags(), f.name, getattr(saved, f.name))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_must_compile_compiles_once_per_value(tfjit, case):
+    f, ref = tfjit.function(case.fn), tf.function(case.fn)
+    x = tf.constant(case.x)
+    for values in case.values + case.values[:1]:        # the first value again: no compile
+        consts = [tf.constant(v) for v in values]
+        compare(f(x, *consts), ref(x, *consts), f"{case.name} {values}")
+    entry = only_entry(f)
+    assert entry.spec.constant_args, "no constant argument found"
+    assert SERVICE.compile_counts[entry.spec.key] == 2      # the launch compiled both values
+    assert len(SERVICE.variants[entry.spec.key]) == 2
+
+
+def test_a_run_time_index_of_a_strided_slice_is_not_a_constant_argument(tfjit):
+    """x[i] takes its index at run time (a dynamic slice): one compile for every i."""
+    fn = lambda x, i: x[i] * 2.0    # noqa: E731
+    f = tfjit.function(fn)
+    for i in (0, 3, -1):
+        compare(f(tf.constant(X2), tf.constant(i)), fn(tf.constant(X2), i), str(i))
+    entry = only_entry(f)
+    assert entry.spec.constant_args == ()
+    assert SERVICE.compile_counts[entry.spec.key] == 1
+
+
+def test_must_compile_past_the_bound_is_a_clear_error(tfjit, flags):
+    config.set_flags(tfjit_max_constant_argument_variants=2)
+    fn = lambda x, s: tf.reshape(x + 1.0, s)     # noqa: E731
+    f, x = tfjit.function(fn), tf.constant(X2)
+    for s in ((4, 6), (6, 4)):
+        compare(f(x, tf.constant(s)), fn(x, s), str(s))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="more than 2 values.*tfjit_max_constant_argument_variants"):
+        f(x, tf.constant([2, 12]))
+    compare(f(x, tf.constant([6, 4])), fn(x, [6, 4]), "a compiled value still runs")
+
+
+@pytest.fixture
+def auto_function(flags):
+    """jit_compile=None: every compilable op clusters, every signature compiles at once."""
+    config.set_flags(tfjit_min_cluster_size=1, tfjit_enable_lazy_compilation=False)
+    return flags
+
+
+AUTO_CASES = [c for c in CASES if c.name in ("Sum axes", "StridedSlice begin/end/strides",
+                                              "MirrorPad REFLECT", "SplitV sizes/axis")]
+
+
+@pytest.mark.parametrize("case", AUTO_CASES, ids=[c.name for c in AUTO_CASES])
+def test_auto_clustering_compiles_once_per_value(tfjit, auto_function, case):
+    f, ref = tfjit.function(case.fn, jit_compile=None), tf.function(case.fn)
+    x = tf.constant(case.x)
+    for values in case.values:
+        consts = [tf.constant(v) for v in values]
+        compare(f(x, *consts), ref(x, *consts), f"{case.name} {values}")
+    (spec,) = only_entry(f).specs
+    assert spec.constant_args
+    assert len(SERVICE.variants[spec.key]) == 2 and SERVICE.fallbacks[spec.key] == 0
+
+
+def test_auto_mode_past_the_bound_runs_in_tensorflow_and_warns_once(tfjit, auto_function, caplog):
+    config.set_flags(tfjit_max_constant_argument_variants=2)
+    fn = lambda x, p: tf.transpose(x * 2.0 + 1.0, p)    # noqa: E731
+    f, x = tfjit.function(fn, jit_compile=None), tf.constant(X3)
+    perms = [(0, 1, 2), (2, 1, 0), (1, 0, 2), (0, 2, 1), (2, 1, 0)]
+    with caplog.at_level(logging.WARNING, logger="tfjit"):
+        for p in perms:
+            compare(f(x, tf.constant(p)), fn(x, p), str(p))
+    (spec,) = only_entry(f).specs
+    assert len(SERVICE.variants[spec.key]) == 2
+    assert SERVICE.fallbacks[spec.key] == 2          # the third and fourth perms
+    warnings = [r for r in caplog.records if "tfjit_max_constant_argument_variants" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_graph_pass_and_session_give_the_launch_its_constant_arguments(tfjit, flags):
+    """The auto-clustering pass (TF1 Session with global_jit_level): the launch node of
+    the rewritten graph carries constant_args and compiles per fed value."""
+    config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True, tfjit_min_cluster_size=1,
+                     tfjit_enable_lazy_compilation=False)
+    autojit.activate()
+    autojit.recent.clear()
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 6])
+        shape = tf.compat.v1.placeholder(tf.int32, [2])
+        y = tf.reduce_sum(tf.reshape(tf.exp(x) * 2.0 + x, shape), axis=1)
+    with tf.compat.v1.Session(graph=g) as sess:
+        for s in ((3, 8), (12, 2)):
+            got = sess.run(y, {x: X2, shape: s})
+            assert_matches(got, np.sum(np.reshape(np.exp(X2) * 2.0 + X2, s), axis=1),
+                           rtol=1e-5, what=str(s))
+    result = next(r for r in reversed(autojit.recent) if any("Reshape" in n for n in r.graph.nodes))
+    (spec,) = result.specs
+    assert spec.constant_args and len(SERVICE.variants[spec.key]) == 2
+    (node,) = [n for n in result.graph_def.node if n.op == "TfjitLaunch"]
+    assert list(node.attr["constant_args"].list.i) == list(spec.constant_args)
+
+
+def test_a_variable_read_that_must_be_constant_stays_in_tensorflow(tfjit, auto_function):
+    v = tf.Variable([3, 8])
+
+    def fn(x):
+        return tf.reshape(x * 2.0 + 1.0, v.read_value())
+    cf = tf.function(fn).get_concrete_function(tf.TensorSpec([4, 6], tf.float32))
+    result = auto.cluster_graph(cf.graph.as_graph_def(), tensor_info(cf.graph),
+                                auto.Options(min_size=1))
+    (read,) = [n for n, node in result.graph.nodes.items() if node.op == "ReadVariableOp"]
+    assert "reads a variable" in result.marks[read]
+    assert [s.constant_args for s in result.specs] == [(1,)]
+    f = tfjit.function(fn, jit_compile=None)
+    for shape in ([3, 8], [2, 12]):
+        v.assign(shape)
+        compare(f(tf.constant(X2)), np.reshape(X2 * 2.0 + 1.0, shape), str(shape))

@@ -1,0 +1,101 @@
+"""Which tensors must be compile-time constants (after XLA's BackwardsConstAnalysis).
+
+A lowering reads some operands at compile time (Reshape's shape, reduction axes,
+Transpose's perm, ...: ``const_inputs`` in lower/registry.py).  Such an operand
+is fine when a Const makes it, or a chain that folds to one (Shape → Pack →
+Reshape).  When it comes from outside the cluster, the cluster can still compile
+if that input becomes a *constant argument*: the launch op reads its value (a
+small host tensor) at run time, the value is part of the compile-cache key, and
+the compiler lowers it as a constant, one executable per value seen (as XLA's
+``XlaCompilationCache`` does with compile-time constant inputs).
+
+The analysis walks backwards: an operand a rule needs as a constant must be
+constant; a node whose output must be constant needs all its data inputs
+constant too, except metadata ops (Shape, Size, Rank: their value follows from
+the input's static shape, not its value); IdentityN passes the requirement to
+the one input its output forwards.  Functional control flow (If, While, calls)
+is not looked into: what a body needs as a constant is lowered as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tfjit.graph.graphdef import ARG_PREFIX, Graph, Node
+from tfjit.lower.registry import const_inputs
+
+# Ops whose value follows from their input's shape alone (static in every signature).
+METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "VariableShape"})
+
+DT_RESOURCE = 20
+
+
+def _value_of(graph: Graph, node: Node):
+    """``value_of(i)``: input i's value when a Const node makes it, else None."""
+    def value_of(i: int):
+        if i >= len(node.inputs):
+            return None
+        src = graph.nodes.get(node.inputs[i][0])
+        if src is None or src.op != "Const":
+            return None
+        value = src.attrs.get("value")
+        return None if value is None else np.asarray(value)
+    return value_of
+
+
+def must_be_constant(graph: Graph, nodes=None) -> set:
+    """The tensors ``(node, output)`` whose values must be known at compile time when
+    ``nodes`` (default: every node) are compiled together.  Tensors that nodes outside
+    ``nodes`` make are included (they are the cluster's constant arguments); the walk
+    does not continue past them."""
+    inside = set(graph.nodes) if nodes is None else set(nodes)
+    need: dict = {}       # node -> its outputs that must be constant
+
+    def add(srcs):
+        for name, k in srcs:
+            need.setdefault(name, set()).add(k)
+
+    for node in reversed(graph.topological()):
+        if node.name not in inside or node.op in METADATA_OPS:
+            continue
+        outputs = need.get(node.name)
+        if outputs and node.op == "IdentityN":
+            add(node.inputs[k] for k in outputs if k < len(node.inputs))
+        elif outputs:
+            add(node.inputs)
+        else:
+            add(node.inputs[i] for i in const_inputs(node, _value_of(graph, node)))
+    return {(name, k) for name, ks in need.items() for k in ks}
+
+
+def cluster_constant_args(graph: Graph) -> tuple:
+    """For a cluster definition (``_arg_<k>`` placeholders): the indices k of inputs
+    whose value the compile needs, sorted.  A resource or variant input is never one
+    (its lowering then says what it needs)."""
+    out = set()
+    for name, _ in must_be_constant(graph):
+        node = graph.nodes.get(name)
+        if node is None or not name.startswith(ARG_PREFIX) or node.op != "Placeholder":
+            continue
+        dtype = node.attrs.get("dtype")
+        if dtype is not None and getattr(dtype, "ir", None) is not None:
+            out.add(int(name[len(ARG_PREFIX):]))
+    return tuple(sorted(out))
+
+
+def unconstant_refusals(graph: Graph, marks: dict, tensor_info) -> dict:
+    """{node: reason} for compilable nodes that auto mode must leave to TensorFlow
+    because their value is needed at compile time but cannot be known then: a node
+    that reads a resource variable (its value is read when the cluster runs).  Left
+    outside, its output reaches the cluster as a constant argument (XLA isolates
+    must-be-constant stateful ops the same way)."""
+    need = must_be_constant(graph, [n for n, why in marks.items() if why is None])
+    out = {}
+    for name in {n for n, _ in need}:
+        node = graph.nodes.get(name)
+        if node is None or marks.get(name, "structural") is not None:
+            continue
+        if any(tensor_info(*src)[0] == DT_RESOURCE for src in node.inputs):
+            out[name] = ("its value is needed at compile time (a shape, axis or bound of a "
+                         "node it feeds) but it reads a variable: TensorFlow computes it and "
+                         "the cluster gets it as a constant argument")
+    return out
