@@ -210,3 +210,32 @@ def test_a_variable_read_that_must_be_constant_stays_in_tensorflow(tfjit, auto_f
     for shape in ([3, 8], [2, 12]):
         v.assign(shape)
         compare(f(tf.constant(X2)), np.reshape(X2 * 2.0 + 1.0, shape), str(shape))
+
+
+def test_the_gradient_through_a_constant_argument(tfjit):
+    """The backward of a launch is a must-compile function of the same inputs: it gets
+    the constant argument too, and compiles per value."""
+    fn = lambda x, a: tf.reduce_sum(tf.sin(x) * x, a)    # noqa: E731
+    f, x = tfjit.function(fn), tf.constant(X2)
+    for a in (0, 1):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x, tf.constant(a))
+        got = tape.gradient(y, x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            want = tape.gradient(fn(x, a), x)
+        compare(y, fn(x, a), f"value, axis {a}")
+        compare(got, want, f"gradient, axis {a}")
+
+
+def test_compiler_ir_of_a_constant_argument_needs_its_value(tfjit):
+    f = tfjit.function(lambda x, s: tf.reshape(x * 2.0, s))
+    with pytest.raises(ValueError, match="once per value of its inputs \\[1\\].*not TensorSpecs"):
+        f.experimental_get_compiler_ir(tf.TensorSpec([4, 6], tf.float32), tf.TensorSpec([2], tf.int32))
+    x = tf.constant(X2)
+    for shape in ([6, 4], [3, 8]):
+        ir = f.experimental_get_compiler_ir(x, tf.constant(shape))()
+        assert f"i32[2] constant({{{shape[0]}, {shape[1]}}})" in ir        # the value, folded in
+        assert f"f32[{shape[0]},{shape[1]}] reshape" in ir
+        assert f.compiled(x, tf.constant(shape)).constants[1].tolist() == shape

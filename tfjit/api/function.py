@@ -230,6 +230,11 @@ class Function:
             raise ValueError(f"{self.name} runs in TensorFlow for these arguments: {entry.reason}")
         if not isinstance(entry, _Entry):
             raise ValueError("compiled() is for jit_compile=True functions; use clusters()")
+        if entry.spec.constant_args:       # the executable of these arguments' values
+            self(*args, **kwargs)           # compiled now if it was not
+            inputs = self._binder.bind(args, kwargs).inputs() + entry.captures
+            values = {k: np.asarray(inputs[k]) for k in entry.spec.constant_args}
+            return SERVICE.compiled_with(entry.spec.key, values) or entry.latest()
         return entry.latest()
 
     def experimental_get_compiler_ir(self, *args, **kwargs):
@@ -278,6 +283,10 @@ class Function:
             self._entries[key] = entry
         if isinstance(entry, _InTensorFlow):
             raise ValueError(f"{self.name} runs in TensorFlow for these arguments: {entry.reason}")
+        if entry.spec.constant_args:
+            raise ValueError(f"{self.name} compiles once per value of its inputs "
+                             f"{list(entry.spec.constant_args)} (they fix shapes, axes or bounds): "
+                             "pass tensors, not TensorSpecs")
         return entry.compiled
 
     def clusters(self, *args, **kwargs) -> list:

@@ -125,6 +125,14 @@ class CompileService:
                 self._compiled.popitem(last=False)
             return compiled
 
+    def compiled_with(self, key: str, constants: dict):
+        """The compiled cluster ``key`` for these values of its constant arguments (the
+        latest of any signature), or None when none is in the in-memory cache."""
+        values = _values_key(constants)
+        with self._lock:
+            found = [c for (k, _, v), c in self._compiled.items() if k == key and v == values]
+        return found[-1] if found else None
+
     def forget_compiled(self) -> None:
         """Empties the in-memory cache so the next ``get`` compiles again (through the
         persistent cache, when one is on); executables already handed out stay alive."""

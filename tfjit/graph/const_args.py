@@ -11,10 +11,16 @@ the compiler lowers it as a constant, one executable per value seen (as XLA's
 
 The analysis walks backwards: an operand a rule needs as a constant must be
 constant; a node whose output must be constant needs all its data inputs
-constant too, except metadata ops (Shape, Size, Rank: their value follows from
-the input's static shape, not its value); IdentityN passes the requirement to
-the one input its output forwards.  Functional control flow (If, While, calls)
-is not looked into: what a body needs as a constant is lowered as before.
+constant too when it is index arithmetic (``PROPAGATE_OPS``: casts, packing,
+slicing, integer arithmetic, ...); IdentityN passes the requirement to the one
+input its output forwards; metadata ops (Shape, Size, Rank) end it, as their
+value follows from the input's static shape.  Unlike XLA, the requirement does
+not travel through other ops (a reduction, a matmul): a size computed from
+data (``tf.range(tf.cast(tf.reduce_sum(x), tf.int32))``) would make the data a
+constant argument, compiled per value of a tensor that changes every step; it
+stays refused with the lowering's reason.  Functional control flow (If, While,
+calls) is not looked into either: what a body needs as a constant is lowered as
+before.
 """
 from __future__ import annotations
 
@@ -25,6 +31,17 @@ from tfjit.lower.registry import const_inputs
 
 # Ops whose value follows from their input's shape alone (static in every signature).
 METADATA_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank", "VariableShape"})
+
+# Index arithmetic: the ops through which a compile-time constant requirement travels
+# to their inputs (what computes shapes, axes and bounds from other small values).
+PROPAGATE_OPS = frozenset({
+    "Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient", "Cast",
+    "Pack", "Unpack", "ConcatV2", "Reshape", "ExpandDims", "Squeeze", "Slice", "StridedSlice",
+    "GatherV2", "Gather", "Fill", "Range", "Tile", "Transpose", "ReverseV2",
+    "Add", "AddV2", "Sub", "Mul", "Neg", "Abs", "FloorDiv", "FloorMod", "TruncateDiv",
+    "Maximum", "Minimum", "Select", "SelectV2", "Equal", "NotEqual", "Less", "LessEqual",
+    "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalNot",
+})
 
 DT_RESOURCE = 20
 
@@ -60,7 +77,7 @@ def must_be_constant(graph: Graph, nodes=None) -> set:
         outputs = need.get(node.name)
         if outputs and node.op == "IdentityN":
             add(node.inputs[k] for k in outputs if k < len(node.inputs))
-        elif outputs:
+        elif outputs and node.op in PROPAGATE_OPS:
             add(node.inputs)
         else:
             add(node.inputs[i] for i in const_inputs(node, _value_of(graph, node)))
