@@ -1,8 +1,9 @@
 """The compile service: what the launch op calls back on a cache miss.
 
 It owns the process-wide compile cache, keyed by cluster key + input signature
-(the cluster key is a hash of the cluster definition, which contains every
-compile-time constant), bounded LRU.  Front doors register cluster definitions
++ the values of the cluster's constant arguments (the cluster key is a hash of
+the cluster definition, which contains every other compile-time constant),
+bounded LRU.  Front doors register cluster definitions
 and may compile ahead (shapes fully known); the launch op compiles lazily
 through ``on_miss`` otherwise.  The runtime never imports the compiler: this
 module hands ``on_miss`` to it.
