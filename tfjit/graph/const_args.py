@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjit.graph.graphdef import ARG_PREFIX, Graph, Node
+from tfjit.graph.graphdef import Graph, Node
 from tfjit.lower.registry import const_inputs
 
 # Ops whose value follows from their input's shape alone (static in every signature).
@@ -82,21 +82,6 @@ def must_be_constant(graph: Graph, nodes=None) -> set:
         else:
             add(node.inputs[i] for i in const_inputs(node, _value_of(graph, node)))
     return {(name, k) for name, ks in need.items() for k in ks}
-
-
-def cluster_constant_args(graph: Graph) -> tuple:
-    """For a cluster definition (``_arg_<k>`` placeholders): the indices k of inputs
-    whose value the compile needs, sorted.  A resource or variant input is never one
-    (its lowering then says what it needs)."""
-    out = set()
-    for name, _ in must_be_constant(graph):
-        node = graph.nodes.get(name)
-        if node is None or not name.startswith(ARG_PREFIX) or node.op != "Placeholder":
-            continue
-        dtype = node.attrs.get("dtype")
-        if dtype is not None and getattr(dtype, "ir", None) is not None:
-            out.add(int(name[len(ARG_PREFIX):]))
-    return tuple(sorted(out))
 
 
 def unconstant_refusals(graph: Graph, marks: dict, tensor_info) -> dict:
