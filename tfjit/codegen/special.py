@@ -8,7 +8,14 @@ order, no fast-math flags (so nothing is contracted into an FMA or reassociated)
 and the C library's ``lgammaf_r``/``logf``/``log1pf``/``expf``/``powf``/``tanf``
 (or the f64 ones), declared ``nobuiltin`` so LLVM neither folds nor rewrites them.
 Where TF's kernel runs with FTZ/DAZ, so does the launch op that calls this code,
-so results are TF's bit for bit (tests/test_special_functions.py).
+so results are TF's bit for bit (tests/test_special_functions.py), with one known
+exception: a subnormal operand that reaches ``logf`` (f32 igammac(a, x) of a
+subnormal x; every other path returns before, DAZ reading it as 0).  TF's
+kernels call ``logf@GLIBC_2.27`` while the loader (runtime/loader.py) binds this
+code's unversioned reference to glibc's oldest ``logf@GLIBC_2.2.5``, whose
+wrapper returns -inf there (igammac 1 where TF's is 0).  TF binds the old f64
+``log``/``exp`` too, so f64 agrees; binding every call to TF's versions needs
+versioned references, which the loader does not make.
 
 Why real loops in functions, not unrolled IR: the series and continued fractions
 stop on a data-dependent test after up to 2000 (igamma), 300 (f64 betainc) or an

@@ -13,9 +13,11 @@ frozen), and a branch is taken by the lanes its condition selects, so every
 lane sees the operations of the scalar code in its order.  codegen/special.py
 emits the same steps as LLVM functions; the two and TF's kernels agree bit for
 bit (tests/test_special_functions.py), except that here denormal operands read
-as zero (``interp._fpu``) while intermediates are not flushed as TF's FTZ/DAZ
-would.  Loops run as long as Eigen's do: there is no extra bound (f64 zeta of a
-hugely negative integer q loops, in TF, until its ``a += 1`` reaches 9).
+as zero (``interp._fpu``) and libm's results are flushed, but arithmetic
+intermediates are not flushed as TF's FTZ/DAZ would (results near the bottom
+of the range may differ).  Loops run as long as Eigen's do, with no bound of
+their own: f64 zeta(x, q) of an integer x and a non-integer q far below zero
+steps ``a += 1`` from q up to 9 (about -q times), in TF as here.
 """
 from __future__ import annotations
 
@@ -74,8 +76,10 @@ def libm(name: str, *xs: np.ndarray) -> np.ndarray:
     dtype = xs[0].dtype
     f32 = dtype == np.float32
     symbol = {"lgamma": "lgammaf_r" if f32 else "lgamma_r"}.get(name, name + ("f" if f32 else ""))
-    out = _c_function(symbol, len(xs))(*xs)
-    return np.asarray(out, dtype=object).astype(dtype).reshape(np.shape(xs[0]))
+    out = np.asarray(_c_function(symbol, len(xs))(*xs), dtype=object).astype(dtype)
+    out = out.reshape(np.shape(xs[0]))
+    # TF runs these with FTZ: a result that would be a denormal is zero
+    return np.where(np.abs(out) < np.finfo(dtype).tiny, np.copysign(dtype.type(0), out), out)
 
 
 def _where(mask, x, y):
