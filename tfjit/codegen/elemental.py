@@ -9,16 +9,17 @@ and selects, and Maximum/Minimum propagate NaN and keep the left operand on
 ties, as TF does.  Shift amounts are clamped to [0, bits - 1] (TF's rule, and no
 LLVM poison).  The ``-libm`` ops call the C library itself (declared
 ``nobuiltin`` so LLVM never folds or rewrites them with its own math); the
-truncated-normal op is a loop (codegen/random.py).
+truncated-normal op is a loop (codegen/random.py); igamma, betainc, zeta, ... are
+calls to functions of their own (codegen/special.py).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen import random
+from tfjit.codegen import random, special
 from tfjit.codegen.llvm_types import F32, I1, I16, I32, I64, const, intrinsic, value_type
-from tfjit.ir.ops import Op
+from tfjit.ir.ops import SPECIAL, Op
 
 MESSAGES = ("Integer division by zero", "Integers to negative integer powers are not allowed")
 DIV_BY_ZERO, NEGATIVE_POWER = 1, 2
@@ -50,6 +51,8 @@ class Elemental:
             return self.bitcast(args[0], in_dtype, out_dtype)
         if op is Op.TRUNCATED_NORMAL:
             return random.truncated_normal(b, value_type(out_dtype), args, self.libm)
+        if op in SPECIAL:
+            return special.call(b, op, args)
         if op is Op.SELECT:
             return b.select(*args)
         if op in _FCMP:

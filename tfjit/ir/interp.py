@@ -20,8 +20,8 @@ corners where plain numpy differs:
   scatter ids are dropped.  Scatters and scans combine in input order, rounding
   half precision at every step, as TF's CPU kernels do.
 * Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
-  BITCAST reinterprets bits; the ``-libm`` ops and TRUNCATED_NORMAL call the C
-  library as TF's random kernels do (interp_rng.py).
+  BITCAST reinterprets bits; the ``-libm`` ops, TRUNCATED_NORMAL (interp_rng.py) and
+  igamma/betainc/zeta/... (Eigen's code, interp_special.py) call the C library as TF does.
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the vector path, TF's for almost every element of a real
@@ -35,7 +35,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
-from tfjit.ir import interp_rng
+from tfjit.ir import interp_rng, interp_special
 from tfjit.ir.ops import CONV_BACKPROPS, Op
 
 
@@ -574,7 +574,7 @@ _EVAL = {
     Op.CONVERT: lambda instr, vals: _convert(vals[0], instr.operands[0].dtype, instr.dtype),
     Op.BITCAST: _bitcast,
     Op.TRUNCATED_NORMAL: lambda instr, vals: interp_rng.truncated_normal(vals, instr.dtype.numpy()),
-    **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU}.items()},
+    **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU, **interp_special.FUNCTIONS}.items()},
     **{op: _elementwise(fn) for op, fn in _EXACT.items()},
     Op.BROADCAST: _broadcast,
     Op.RESHAPE: lambda instr, vals: vals[0].reshape(instr.shape),

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, TYPED_RESULT, Kind, Op,
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SPECIAL, TYPED_RESULT, Kind, Op,
                           REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
@@ -78,7 +78,7 @@ def _check_types(op: Op, operand: dt.DType, result: dt.DType | None) -> None:
         raise IRError(f"{op.spelling} needs integer operands, not {operand}")
     if op is Op.XOR and not (operand.is_int or operand is dt.PRED):
         raise IRError(f"xor needs integer or pred operands, not {operand}")
-    if op in LIBM and operand not in (dt.F32, dt.F64):
+    if (op in LIBM or op in SPECIAL) and operand not in (dt.F32, dt.F64):
         raise IRError(f"{op.spelling} needs f32 or f64 operands, not {operand}")
     if op is Op.BITCAST and (result is None or dt.PRED in (operand, result) or operand.bits != result.bits):
         raise IRError(f"bitcast-convert from {operand} to {result}: widths differ or a type is pred")

@@ -120,6 +120,13 @@ class Op(enum.Enum):
     # Philox4x32-10 stream with key (k0, k1) starting at counter (c0..c3); f32 or f64.
     # Lowering makes j < 4 (f32) or < 2 (f64); a larger j loops on for about j/2 trials
     TRUNCATED_NORMAL = ("truncated-normal", Kind.ELEMENTWISE, 7)
+    # TF's special functions, f32/f64: Eigen's scalar Cephes code with its NaN/inf rules
+    # (semantics: ir/interp_special.py; code: codegen/special.py, loops calling libm)
+    IGAMMA = ("igamma", Kind.ELEMENTWISE, 2)          # a, x: regularised lower P(a, x)
+    IGAMMAC = ("igammac", Kind.ELEMENTWISE, 2)        # a, x: upper Q(a, x)
+    BETAINC = ("betainc", Kind.ELEMENTWISE, 3)        # a, b, x: regularised I_x(a, b)
+    ZETA = ("zeta", Kind.ELEMENTWISE, 2)              # x, q: Hurwitz zeta
+    POLYGAMMA = ("polygamma", Kind.ELEMENTWISE, 2)    # n, x
     # data movement (index mappings)
     BROADCAST = ("broadcast", Kind.MOVEMENT, 1)  # attrs: dims (operand dim d -> result dim dims[d])
     RESHAPE = ("reshape", Kind.MOVEMENT, 1)
@@ -170,6 +177,7 @@ CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
 LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM})
+SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)
 TYPED_RESULT = frozenset({Op.CONVERT, Op.BITCAST, Op.TRUNCATED_NORMAL})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
@@ -188,4 +196,4 @@ EXPENSIVE = frozenset({
     Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
     Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.DIV, Op.REM, Op.SQRT, Op.RSQRT,
     Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TRUNCATED_NORMAL,
-})
+}) | SPECIAL
