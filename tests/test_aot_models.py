@@ -1,7 +1,7 @@
-"""tfjit-aot on models with matmuls and convolutions: the object calls the AOT runtime
+"""tfjit-aot on models with matmuls, convolutions and a QR: the object calls the AOT runtime
 (tfjit_aot_rt_*, aot/runtime.py), written beside it as ``<prefix>_runtime.a``, and a
 C++ program built with g++ from the object, that library and -lm gives TF's results.
-The seed's MNIST softmax regression (trained a few steps, frozen) and a small CNN."""
+The seed's MNIST softmax regression (trained a few steps, frozen), a small CNN and a QR."""
 from __future__ import annotations
 
 import os
@@ -72,6 +72,17 @@ def _cnn(tf, rng):
     return g
 
 
+def _qr(tf, rng):
+    """Batched reduced QR; both factors fetched as one vector (Eigen's HouseholderQR in the
+    AOT runtime, TF's kernel in Session.run)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 7, 4], name="x")
+        q, r = tf.linalg.qr(x * 2.0)
+        tf.concat([tf.reshape(q, [-1]), tf.reshape(tf.abs(r), [-1])], 0, name="probs")
+    return g
+
+
 CONFIG = ('feed {{ id {{ node_name: "x" }} shape {{ {dims} }} name: "x" }}\n'
           'fetch {{ id {{ node_name: "probs" }} name: "probs" }}\n')
 
@@ -80,12 +91,16 @@ def _dims(*sizes) -> str:
     return " ".join(f"dim {{ size: {s} }}" for s in sizes)
 
 
-@pytest.mark.parametrize("model", ["mnist_softmax", "cnn"])
+@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "qr"])
 def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
     labels = None
     if model == "mnist_softmax":
         g, images, labels = _mnist_softmax(tf, rng)
         config, inputs = CONFIG.format(dims=_dims(16, 784)), [images]
+    elif model == "qr":
+        g = _qr(tf, rng)
+        config = CONFIG.format(dims=_dims(3, 7, 4))
+        inputs = [rng.standard_normal((3, 7, 4)).astype(np.float32)]
     else:
         g = _cnn(tf, rng)
         config = CONFIG.format(dims=_dims(8, 28, 28, 1))

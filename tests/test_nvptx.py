@@ -76,7 +76,7 @@ def test_row_kernels_are_one_entry_and_use_tfjits_own_math():
 
 
 @pytest.mark.parametrize("fn, dtype, reason", [
-    (lambda x: x @ x, tf.float32, "dot and convolution call a runtime library"),
+    (lambda x: x @ x, tf.float32, "dot, convolution and QR call a runtime library"),
     (tf.exp, tf.float64, "calls the C library's exp"),
     (lambda x: tf.math.cumsum(x, axis=1), tf.float32, "scan kernels have no GPU emitter"),
     (lambda x: tf.math.igamma(x, x) * 2.0, tf.float32, "igamma is TF's CPU code"),

@@ -1,5 +1,5 @@
-"""Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution and
-the convolution gradients).
+"""Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution,
+the convolution gradients and QR).
 
 A library kernel has the launch op's kernel ABI, ``void k(void** bufs, i64 begin,
 i64 end)``, and runs as a single row: it loads its operands' and result's
@@ -23,7 +23,8 @@ from tfjit.passes.fusion import library_source
 
 _SUFFIX = {"f32": "f32", "f64": "f64"}
 
-# name -> argument types after (runtime, kernel, out, a, b); all but the flags are i64.
+# name -> argument types after (runtime, kernel, out, the operands); all but the flags
+# are i64.
 SIGNATURES = {
     "dot": [I64] * 6 + [I32, I32],
     "conv2d": [I64] * 17,
@@ -31,6 +32,7 @@ SIGNATURES = {
     "conv2d_backprop_filter": [I64] * 15,
     "depthwise_backprop_input": [I64] * 15,
     "depthwise_backprop_filter": [I64] * 15,
+    "qr": [I64, I64, I64, I32],
 }
 
 
@@ -75,6 +77,11 @@ def _backprop_args(i) -> list:
     return [i64(v) for v in (n, h, wd, c, kh, kw, k, ho, wo, *i.attrs["strides"], *i.attrs["padding"])]
 
 
+def _qr_args(i) -> list:
+    batch, rows, cols = i.operands[0].shape
+    return [i64(batch), i64(rows), i64(cols), ir.Constant(I32, i.attrs["full_matrices"])]
+
+
 # op -> (runtime function, its arguments, the TF kernel it runs under the launch op)
 _CALLS = {
     Op.DOT: ("dot", _dot_args, lambda i: "BatchMatMulV2" if i.rank == 3 and i.shape[0] > 1 else "MatMul"),
@@ -85,6 +92,7 @@ _CALLS = {
                                   lambda i: "DepthwiseConv2dNativeBackpropInput"),
     Op.DEPTHWISE_BACKPROP_FILTER: ("depthwise_backprop_filter", _backprop_args,
                                    lambda i: "DepthwiseConv2dNativeBackpropFilter"),
+    Op.QR: ("qr", _qr_args, lambda i: "Qr"),
 }
 
 
@@ -108,6 +116,8 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
     kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
     Keras CNN step), which is why it is not done where the answer is known."""
+    if i.op is Op.QR:
+        return DEFAULT, "TF has no oneDNN kernel for Qr"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
@@ -142,7 +152,8 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
     callee_name = symbol(kind, root.dtype, prefix)
     callee = module.globals.get(callee_name)
     if callee is None:
-        callee = ir.Function(module, ir.FunctionType(I32, [PTR, I32] + [PTR] * 3 + SIGNATURES[kind]),
+        tensors = [PTR] * (1 + len(root.operands))
+        callee = ir.Function(module, ir.FunctionType(I32, [PTR, I32] + tensors + SIGNATURES[kind]),
                              name=callee_name)
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR, I64, I64]), name=name)
     b = ir.IRBuilder(fn.append_basic_block("entry"))

@@ -22,6 +22,7 @@ corners where plain numpy differs:
 * Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
   BITCAST reinterprets bits; the ``-libm`` ops, TRUNCATED_NORMAL (interp_rng.py) and
   igamma/betainc/zeta/... (Eigen's code, interp_special.py) call the C library as TF does.
+* The runtime-library ops (dot, convolutions, QR) are numpy's (interp_linalg.py).
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the vector path, TF's for almost every element of a real
@@ -35,7 +36,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
-from tfjit.ir import interp_rng, interp_special
+from tfjit.ir import interp_linalg, interp_rng, interp_special
 from tfjit.ir.ops import CONV_BACKPROPS, Op
 
 
@@ -343,63 +344,6 @@ def _elementwise(fn):
     return lambda instr, vals: fn(*vals)
 
 
-# -- runtime-library ops: the same contractions, summed in a different order, so a
-# compiled result matches these within float tolerance, not bit for bit.
-
-def _dot(lhs, rhs, transpose_lhs, transpose_rhs):
-    a = np.swapaxes(lhs, -1, -2) if transpose_lhs else lhs
-    b = np.swapaxes(rhs, -1, -2) if transpose_rhs else rhs
-    return np.matmul(a, b)
-
-
-def _conv(x, w, strides, dilations, padding):
-    """NHWC x HWIO, explicit padding: a sum over the filter taps of strided views."""
-    n, h, wd, c = x.shape
-    kh, kw, _, o = w.shape
-    (sh, sw), (dh, dw), (top, bottom, left, right) = strides, dilations, padding
-    xp = np.zeros((n, h + top + bottom, wd + left + right, c), x.dtype)
-    xp[:, top:top + h, left:left + wd] = x
-    ho = (xp.shape[1] - (kh - 1) * dh - 1) // sh + 1
-    wo = (xp.shape[2] - (kw - 1) * dw - 1) // sw + 1
-    out = np.zeros((n, ho, wo, o), x.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            window = xp[:, i * dh:i * dh + (ho - 1) * sh + 1:sh, j * dw:j * dw + (wo - 1) * sw + 1:sw]
-            out += np.tensordot(window, w[i, j], axes=([3], [0])).astype(x.dtype)
-    return out
-
-
-def _conv_backprop(instr, a, g):
-    """The convolution gradients (``Op.CONV_BACKPROPS``): for each filter tap, the
-    strided window of the padded input it meets, as in ``_conv``."""
-    op, (sh, sw), (top, bottom, left, right) = instr.op, instr.attrs["strides"], instr.attrs["padding"]
-    of_input = op in (Op.CONV_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_INPUT)
-    depthwise = op in (Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER)
-    (n, h, wd, c), (kh, kw, _, k) = (instr.shape, a.shape) if of_input else (a.shape, instr.shape)
-    _, ho, wo, _ = g.shape
-    if depthwise:
-        g = g.reshape(n, ho, wo, c, k)
-    padded = (n, h + top + bottom, wd + left + right, c)
-    if of_input:
-        dxp = np.zeros(padded, g.dtype)
-    else:
-        xp = np.zeros(padded, a.dtype)
-        xp[:, top:top + h, left:left + wd] = a
-        dw = np.zeros(instr.shape, a.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            window = (slice(None), slice(i, i + (ho - 1) * sh + 1, sh), slice(j, j + (wo - 1) * sw + 1, sw))
-            if of_input and depthwise:
-                dxp[window] += (g * a[i, j]).sum(-1, dtype=g.dtype)
-            elif of_input:
-                dxp[window] += np.tensordot(g, a[i, j], axes=([3], [1])).astype(g.dtype)
-            elif depthwise:
-                dw[i, j] = (xp[window][..., None] * g).sum((0, 1, 2), dtype=g.dtype)
-            else:
-                dw[i, j] = np.tensordot(xp[window], g, axes=([0, 1, 2], [0, 1, 2])).astype(g.dtype)
-    return dxp[:, top:top + h, left:left + wd] if of_input else dw
-
-
 # -- run-time indices and control flow ---------------------------------------
 
 def _clamped_starts(x: np.ndarray, starts, sizes) -> tuple:
@@ -584,15 +528,16 @@ _EVAL = {
     Op.CONCAT: lambda instr, vals: np.concatenate(vals, axis=instr.attrs["dim"]),
     Op.REDUCE: _reduce,
     Op.ARGREDUCE: _argreduce,
-    Op.DOT: _fpu_instr(lambda instr, lhs, rhs: _dot(lhs, rhs, instr.attrs["transpose_lhs"],
-                                                    instr.attrs["transpose_rhs"])),
+    Op.DOT: _fpu_instr(lambda instr, lhs, rhs: interp_linalg.dot(lhs, rhs, instr.attrs["transpose_lhs"],
+                                                                 instr.attrs["transpose_rhs"])),
     Op.GATHER: _gather,
     Op.SCATTER: _scatter,
     Op.SCAN: _scan,
     Op.TOP_K: _top_k,
-    Op.CONV: _fpu_instr(lambda instr, x, w: _conv(x, w, instr.attrs["strides"],
-                                                  instr.attrs["dilations"], instr.attrs["padding"])),
-    **{op: _fpu_instr(_conv_backprop) for op in CONV_BACKPROPS},
+    Op.CONV: _fpu_instr(lambda instr, x, w: interp_linalg.conv(x, w, instr.attrs["strides"],
+                                                               instr.attrs["dilations"], instr.attrs["padding"])),
+    **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
+    Op.QR: _fpu_instr(interp_linalg.qr),
 }
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
 _EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice

@@ -330,6 +330,14 @@ class Module:
                           f"{list(strides)}, padding {list(padding)}) is invalid")
         return self._add(Instr(op, a.dtype, shape, (a, grad), {"strides": strides, "padding": padding}))
 
+    def qr(self, x: Instr, full_matrices: bool) -> Instr:
+        """Q and R of the matrices x [B, M, N], packed in one flat result (``qr_parts``)."""
+        if x.rank != 3 or x.dtype not in LIBRARY_DTYPES or 0 in x.shape:
+            raise IRError(f"qr of {x.dtype.name}{list(x.shape)}: needs a non-empty f32/f64 [B, M, N]")
+        _, (r_start, r_size) = qr_parts(x.shape, full_matrices)
+        return self._add(Instr(Op.QR, x.dtype, (r_start + r_size,), (x,),
+                               {"full_matrices": int(bool(full_matrices))}))
+
     def argreduce(self, x: Instr, kind: str, dtype: dt.DType) -> Instr:
         """Index of the first max/min along the last dimension (NaN never wins, as TF)."""
         if kind not in ("max", "min") or x.rank == 0 or x.shape[-1] == 0:
@@ -464,6 +472,17 @@ class Module:
         if x.rank == 0 or not 0 <= k <= x.shape[-1] or dtype not in INDEX_DTYPES or x.dtype is dt.PRED:
             raise IRError(f"top-k k={k} of {x.dtype.name}{list(x.shape)} is invalid")
         return self._add(Instr(Op.TOP_K, dtype, x.shape[:-1] + (k,), (x,), {"k": k}))
+
+
+def qr_parts(shape: tuple, full_matrices: bool) -> tuple:
+    """((start, size), (start, size)) of Q [B, M, K] and R [B, K, N] in a ``qr`` result for
+    x of ``shape`` [B, M, N], K = M when ``full_matrices`` else min(M, N).  R starts at a
+    multiple of 16 elements, so both parts are 64-byte aligned, as TF's kernels need their
+    tensors to be (runtime/linalg.h says the same)."""
+    b, rows, cols = shape
+    k = rows if full_matrices else min(rows, cols)
+    q_size = b * rows * k
+    return (0, q_size), (-(-q_size // 16) * 16, b * k * cols)
 
 
 def scatter_identity(kind: str, d: dt.DType):

@@ -145,6 +145,10 @@ class Op(enum.Enum):
     CONV_BACKPROP_FILTER = ("convolution-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> filter
     DEPTHWISE_BACKPROP_INPUT = ("depthwise-backprop-input", Kind.LIBRARY, 2)
     DEPTHWISE_BACKPROP_FILTER = ("depthwise-backprop-filter", Kind.LIBRARY, 2)
+    # Householder QR of x [B, M, N] (Eigen's HouseholderQR, as TF's Qr kernel): one flat
+    # result holding Q [B, M, K] then R [B, K, N], K = M (full_matrices) or min(M, N),
+    # where module.qr_parts says
+    QR = ("qr", Kind.LIBRARY, 1)                 # attrs: full_matrices
     # run-time indices (operands after the first (two): one integer scalar per dim, clamped
     # so the window fits, as HLO's)
     DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes

@@ -1,4 +1,5 @@
-"""Lowerings of TF's matrix products: MatMul, BatchMatMul(V2/V3), Einsum.
+"""Lowerings of TF's matrix products: MatMul, BatchMatMul(V2/V3), Einsum; MatrixBandPart
+and TridiagonalMatMul (elementwise, fused).
 
 Each becomes one IR ``dot`` (a runtime-library call that runs TF's MatMul or
 BatchMatMulV2 kernel) on operands arranged as ``[batch, rows, contraction]`` /
@@ -219,3 +220,37 @@ def _band_part(ctx):
                              m.elementwise(Op.LE, m.elementwise(Op.SUB, a, b), limit))
     keep = m.elementwise(Op.AND, within(lower, rows, cols), within(upper, cols, rows))
     return m.elementwise(Op.SELECT, keep, x, broadcast_to(m, m.scalar(0, x.dtype), shape))
+
+
+@register("TridiagonalMatMul", dtypes=(dt.F32, dt.F64))
+def _tridiagonal_matmul(ctx):
+    """out[i] = maindiag[i] * rhs[i] + subdiag[i] * rhs[i-1] + superdiag[i] * rhs[i+1],
+    rows of [..., M, N]: shifted reads, one fused loop.  The terms are added in TF's
+    kernel's order (main, then sub, then super), and the first row gets no sub term
+    and the last no super term at all (adding a zero would turn -0 into +0, and
+    subdiag[0] or superdiag[M-1] being inf or NaN must not matter), as TF's.  Batch
+    dims must be equal (TF's kernel does not broadcast them either)."""
+    m, (sup, main, sub, rhs) = ctx.m, ctx.inputs
+    if rhs.rank < 2:
+        raise Unsupported(f"TridiagonalMatMul needs rhs of rank >= 2, got {rhs.rank}")
+    batch, (rows, cols) = rhs.shape[:-2], rhs.shape[-2:]
+    for x, what in ((sup, "superdiag"), (main, "maindiag"), (sub, "subdiag")):
+        if x.shape != batch + (1, rows):
+            raise Unsupported(f"TridiagonalMatMul: {what} must have shape "
+                              f"{list(batch + (1, rows))} for rhs {list(rhs.shape)}, got {list(x.shape)}")
+
+    def column(d):          # [..., 1, M] -> [..., M, N]
+        d = m.reshape(d, batch + (rows,))
+        return m.broadcast(d, rhs.shape, range(len(batch) + 1))
+
+    def rows_of(x, start, n):
+        return m.slice(x, (0,) * len(batch) + (start, 0), batch + (n, cols))
+    out = m.elementwise(Op.MUL, column(main), rhs)
+    if rows < 2:
+        return out
+    lower = m.elementwise(Op.MUL, rows_of(column(sub), 1, rows - 1), rows_of(rhs, 0, rows - 1))
+    out = m.concat([rows_of(out, 0, 1), m.elementwise(Op.ADD, rows_of(out, 1, rows - 1), lower)],
+                   len(batch))
+    upper = m.elementwise(Op.MUL, rows_of(column(sup), 0, rows - 1), rows_of(rhs, 1, rows - 1))
+    return m.concat([m.elementwise(Op.ADD, rows_of(out, 0, rows - 1), upper), rows_of(out, rows - 1, 1)],
+                    len(batch))

@@ -96,6 +96,10 @@ def library_flops(i) -> int:
     if i.op is Op.CONV:
         kh, kw, c, _ = i.operands[1].shape
         return 2 * i.size * kh * kw * c
+    if i.op is Op.QR:     # Householder (LAPACK's count): 2 l k^2 - 2 k^3 / 3 for R, about as many for Q
+        b, m, n = i.operands[0].shape
+        k = min(m, n)
+        return b * 2 * (2 * max(m, n) * k * k - 2 * k ** 3 // 3)
     grad = i.operands[1]
     kh, kw, c, _ = i.operands[0].shape if i.op in (Op.CONV_BACKPROP_INPUT,
                                                    Op.DEPTHWISE_BACKPROP_INPUT) else i.shape

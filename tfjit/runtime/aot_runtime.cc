@@ -1,4 +1,4 @@
-// The runtime of tfjit-aot objects: the dot and convolution entry points their
+// The runtime of tfjit-aot objects: the dot, convolution and QR entry points their
 // library kernels call (tfjit_aot_rt_<kind>_<dtype>, with the arguments of
 // tf_kernels.cc's tfjit_rt_* entry points), running linalg.cc's Eigen code on the
 // calling thread. aot/runtime.py compiles this file and linalg.cc into a static
@@ -51,8 +51,15 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
     return 0;                                                                                    \
   }
 
+#define TFJIT_AOT_QR(suffix, T)                                                  \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_qr_##suffix(void*, int32_t, TFJIT_QR_PARAMS(T)) { \
+    tfjit_linalg_table()->qr_##suffix(TFJIT_QR_ARGS);                                \
+    return 0;                                                                        \
+  }
+
 #define TFJIT_AOT_DEFINE(suffix, T)                                                  \
   TFJIT_AOT_DOT(suffix, T)                                                           \
+  TFJIT_AOT_QR(suffix, T)                                                            \
   TFJIT_AOT_BACKPROP(conv2d_backprop_input, true, false, suffix, T)                  \
   TFJIT_AOT_BACKPROP(conv2d_backprop_filter, false, false, suffix, T)                \
   TFJIT_AOT_BACKPROP(depthwise_backprop_input, true, true, suffix, T)                \

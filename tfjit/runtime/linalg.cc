@@ -1,5 +1,6 @@
-// The runtime library's own code for heavy ops: Eigen's matmul and spatial
-// convolution, and loops for the depthwise gradients, on the calling thread.
+// The runtime library's own code for heavy ops: Eigen's matmul, spatial
+// convolution and HouseholderQR, and loops for the depthwise gradients, on the
+// calling thread.
 // tf_kernels.cc runs these where there is no TensorFlow kernel to call: in the
 // host runner (runtime/host.py), whose bufs[device_slot] is null. Under
 // TfjitLaunch the same library calls run TensorFlow's own kernels.
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "Eigen/QR"
 #include "unsupported/Eigen/CXX11/Tensor"
 #include "xla/tsl/framework/convolution/eigen_spatial_convolutions.h"
 
@@ -199,12 +201,34 @@ void DepthwiseBackpropFilter(T* out, const T* input, const T* grad, int64_t batc
              });
 }
 
+// TF's Qr kernel (qr_op_impl.h), matrix by matrix: Eigen's HouseholderQR of a
+// row-major matrix; Q expanded from the reflectors (times the first k columns of
+// the identity for the reduced form), R the upper triangle of the top k rows.
+template <typename T>
+void Qr(TFJIT_QR_PARAMS(T)) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t k = full_matrices ? m : std::min(m, n);
+  for (int64_t b = 0; b < batch; ++b) {
+    Eigen::Map<const Matrix> a(x + b * m * n, m, n);
+    Eigen::Map<Matrix> q(out + b * m * k, m, k);
+    Eigen::Map<Matrix> r(out + TfjitQrROffset(batch, m, n, full_matrices) + b * k * n, k, n);
+    Eigen::HouseholderQR<Matrix> qr(a);
+    if (full_matrices) {
+      q = qr.householderQ();
+    } else {
+      Matrix identity = Matrix::Identity(m, k);
+      q = qr.householderQ() * identity;
+    }
+    r = qr.matrixQR().block(0, 0, k, n).template triangularView<Eigen::Upper>();
+  }
+}
+
 }  // namespace
 
 // The table's entries for one dtype, in TFJIT_LINALG_FIELDS order.
 #define TFJIT_ENTRIES(T)                                                            \
   Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
-      DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>
+      DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>
 
 TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
   static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};

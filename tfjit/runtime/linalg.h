@@ -40,6 +40,18 @@
   out, a, grad, batch, in_rows, in_cols, in_depth, filter_rows, filter_cols, filter_depth,     \
       out_rows, out_cols, row_stride, col_stride, pad_top, pad_bottom, pad_left, pad_right
 
+// QR of the matrices x [batch, m, n] (m, n > 0): out holds Q [batch, m, k], then
+// R [batch, k, n] from TfjitQrROffset (64-byte aligned, as TF's tensors must be),
+// with k = m when full_matrices, else min(m, n) (ir/module.py's qr_parts).
+#define TFJIT_QR_PARAMS(T) \
+  T *out, const T *x, int64_t batch, int64_t m, int64_t n, int32_t full_matrices
+#define TFJIT_QR_ARGS out, x, batch, m, n, full_matrices
+
+inline int64_t TfjitQrROffset(int64_t batch, int64_t m, int64_t n, int32_t full_matrices) {
+  const int64_t k = full_matrices ? m : (m < n ? m : n);
+  return (batch * m * k + 15) / 16 * 16;
+}
+
 // The host library (linalg.cc, a shared library of its own, built when a host
 // run first needs it) hands the op library its functions in one table:
 // tfjit_linalg_table() returns it, and tfjit_rt_set_linalg (tf_kernels.cc)
@@ -51,6 +63,8 @@ template <typename T>
 using TfjitConv2DFn = void (*)(TFJIT_CONV2D_PARAMS(T));
 template <typename T>
 using TfjitBackpropFn = void (*)(TFJIT_BACKPROP_PARAMS(T));
+template <typename T>
+using TfjitQrFn = void (*)(TFJIT_QR_PARAMS(T));
 
 #define TFJIT_LINALG_FIELDS(suffix, T)                   \
   TfjitDotFn<T> dot_##suffix;                            \
@@ -58,7 +72,8 @@ using TfjitBackpropFn = void (*)(TFJIT_BACKPROP_PARAMS(T));
   TfjitBackpropFn<T> conv2d_backprop_input_##suffix;     \
   TfjitBackpropFn<T> conv2d_backprop_filter_##suffix;    \
   TfjitBackpropFn<T> depthwise_backprop_input_##suffix;  \
-  TfjitBackpropFn<T> depthwise_backprop_filter_##suffix;
+  TfjitBackpropFn<T> depthwise_backprop_filter_##suffix; \
+  TfjitQrFn<T> qr_##suffix;
 
 struct TfjitLinalg {
   int64_t size;   // sizeof(TfjitLinalg) where the table was filled
