@@ -520,6 +520,9 @@ _EVAL = {
     Op.TRUNCATED_NORMAL: lambda instr, vals: interp_rng.truncated_normal(vals, instr.dtype.numpy()),
     **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU, **interp_special.FUNCTIONS,
                                  **interp_special_unary.FUNCTIONS}.items()},
+    # the C library reads the operand's bits: a denormal is no zero to it, whatever DAZ says
+    **{op: (lambda fn: lambda instr, vals: _flush(np.asarray(fn(*vals))))(fn)
+       for op, fn in interp_special_unary.RAW_OPERAND.items()},
     **{op: _elementwise(fn) for op, fn in _EXACT.items()},
     Op.BROADCAST: _broadcast,
     Op.RESHAPE: lambda instr, vals: vals[0].reshape(instr.shape),

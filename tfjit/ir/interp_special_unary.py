@@ -22,7 +22,8 @@ otherwise, and for the last ``n % 8`` elements of an f32 tensor in any case:
   packet path elsewhere.
 
 Where the scalar code branches with ``pselect`` both sides are computed (they have
-no side effects), as here.  Denormal operands read as zero (``interp._fpu``).
+no side effects), as here.  Denormal operands read as zero (``interp._fpu``), except
+lgamma's: the C library tests the operand's bits, which DAZ does not change.
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def _f32(literal: str) -> float:
 # Eigen's plog_impl_float (float literals)
 SQRTHF = _f32("0.707106781186547524")
 LOG_ALPHA = tuple(_f32(s) for s in ("0.18256296349849254", "1.0000000190281063", "1.0000000190281136"))
-LOG_BETA = tuple(_f32(s) for s in ("0.049616247954120038", "0.59923249590823520", "1.4999999999999927", "1.0"))
+LOG_BETA = tuple(_f32(s) for s in ("0.049616247954120038", "0.59923249590823520",
+                                   "1.4999999999999927", "1.0"))
 LN2 = _f32("0.693147180559945309417232121458176568")      # static_cast<float>(EIGEN_LN2)
 
 # generic_ndtri (double literals, cast to the element type)
@@ -178,11 +180,13 @@ def _bessel(x, order: int):
     return r.astype(x.dtype)
 
 
-FUNCTIONS = {
-    Op.LGAMMA: lambda x: libm("lgamma", x),
+FUNCTIONS = {          # denormal operands read as zero (TF's DAZ), results flushed
     Op.DIGAMMA: _digamma,
     Op.NDTRI: ndtri,
     Op.ERFINV: erfinv,
     Op.BESSEL_I0E: lambda x: _bessel(x, 0),
     Op.BESSEL_I1E: lambda x: _bessel(x, 1),
+}
+RAW_OPERAND = {        # the C library's function of the operand's bits; results flushed
+    Op.LGAMMA: lambda x: libm("lgamma", x),
 }
