@@ -80,6 +80,12 @@ def test_row_kernels_are_one_entry_and_use_tfjits_own_math():
     (tf.exp, tf.float64, "calls the C library's exp"),
     (lambda x: tf.math.cumsum(x, axis=1), tf.float32, "scan kernels have no GPU emitter"),
     (lambda x: tf.math.igamma(x, x) * 2.0, tf.float32, "igamma is TF's CPU code"),
+    (tf.math.lgamma, tf.float32, "lgamma is TF's CPU code (the C library's lgamma_r)"),
+    (tf.math.digamma, tf.float32, "digamma is TF's CPU code (Cephes' psi"),
+    (lambda x: tf.math.erfinv(x) + 1.0, tf.float32, "erfinv is TF's CPU code (Eigen's code"),
+    (tf.math.ndtri, tf.float64, "over the C library's log in f64"),
+    (tf.math.special.bessel_i0e, tf.float32, "bessel-i0e is TF's CPU code"),
+    (tf.math.special.bessel_i1e, tf.float16, "x86's rcpps/rsqrtps approximations in f32"),
 ])
 def test_what_the_gpu_cannot_run_is_refused_with_a_reason(fn, dtype, reason):
     x = tf.ones([8, 8], dtype)

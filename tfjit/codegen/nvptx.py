@@ -15,7 +15,8 @@ row_end)``) and then this module adds what differs on a GPU:
 * **what is refused** (``refuse``, ``check_calls``), with a reason, never run
   on the host instead: kernel kinds without a GPU emitter yet (library calls,
   control flow, scatter/scan/top-k, variable updates), TF's special functions
-  (igamma, betainc, zeta, polygamma: libm's CPU code), and code that calls what
+  (igamma, betainc, zeta, polygamma, lgamma, ndtri, bessel_i0e...: libm's CPU code,
+  and x86's approximation tables), and code that calls what
   a GPU has no copy of: the C library (float64 transcendentals, sincos) or an
   LLVM intrinsic NVPTX cannot lower (LLVM aborts on those, so they are caught
   here, before the PTX is made).  Float32 transcendentals are tfjit's own
@@ -42,7 +43,7 @@ from llvmlite import ir
 from tfjit.codegen import llvm_cpu, llvm_target
 from tfjit.codegen.llvm_types import I64, PTR, VOID
 from tfjit.codegen.target import Compiler, NotForTarget, Target
-from tfjit.ir.ops import SPECIAL
+from tfjit.ir.ops import SPECIAL, Op
 from tfjit.passes.fusion import KernelKind, walk
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -86,15 +87,23 @@ def target(arch: str = "sm_90") -> Target:
 def refuse(fusions: list, t: Target) -> None:
     """NotForTarget for the first kernel whose kind the GPU does not emit yet, or
     that computes one of TF's special functions (codegen/special.py: Eigen's code
-    over the C library's lgamma, log, exp, pow, which a GPU has no copy of)."""
+    over the C library's lgamma, log, exp, pow, which a GPU has no copy of; in f32,
+    ndtri/erfinv/bessel also take x86's rcpps/rsqrtps tables, codegen/special_unary.py)."""
     for f in walk(fusions):
         if f.kind not in GPU_KINDS:
             raise NotForTarget(f.roots[0], f"{t.name}: {_NOT_YET[f.kind]}")
         for i in f.instrs:
             if i.op in SPECIAL:
-                raise NotForTarget(i, f"{t.name}: {i.op.spelling} is TF's CPU code (Eigen's "
-                                      "series over the C library's lgamma, log, exp and pow), "
-                                      "which has no GPU version yet")
+                raise NotForTarget(i, f"{t.name}: {i.op.spelling} is TF's CPU code "
+                                      f"({_SPECIAL_WHY.get(i.op, _SERIES)}), which has no GPU version yet")
+
+
+_SERIES = "Eigen's series over the C library's lgamma, log, exp and pow"
+_APPROX = ("Eigen's code over the C library's log in f64, over x86's rcpps/rsqrtps "
+           "approximations in f32")
+_SPECIAL_WHY = {Op.LGAMMA: "the C library's lgamma_r",
+                Op.DIGAMMA: "Cephes' psi over the C library's log and tan",
+                Op.NDTRI: _APPROX, Op.ERFINV: _APPROX, Op.BESSEL_I0E: _APPROX, Op.BESSEL_I1E: _APPROX}
 
 
 def _calls(fn: ir.Function):

@@ -1,4 +1,5 @@
-"""TF's special functions as LLVM functions: igamma, igammac, betainc, zeta, polygamma.
+"""TF's special functions as LLVM functions: igamma, igammac, betainc, zeta, polygamma
+(and the unary ones of codegen/special_unary.py).
 
 TF's CPU kernels run Eigen's scalar Cephes code per element (ir/interp_special.py
 says which and why), in f32 and f64.  Each op here is that code step by step, as
@@ -39,11 +40,14 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit.codegen.llvm_types import F32, I32
+from tfjit.codegen.special_unary import UnaryBuilders
 from tfjit.ir import interp_special
 from tfjit.ir.ops import Op
 
 NAMES = {Op.IGAMMA: "igamma", Op.IGAMMAC: "igammac", Op.BETAINC: "betainc",
-         Op.ZETA: "zeta", Op.POLYGAMMA: "polygamma"}
+         Op.ZETA: "zeta", Op.POLYGAMMA: "polygamma", Op.LGAMMA: "lgamma", Op.DIGAMMA: "digamma",
+         Op.NDTRI: "ndtri", Op.ERFINV: "erfinv", Op.BESSEL_I0E: "bessel_i0e",
+         Op.BESSEL_I1E: "bessel_i1e"}
 
 
 def call(b: ir.IRBuilder, op: Op, args: list):
@@ -181,8 +185,9 @@ class _Var:
         self.fn.b.store(self.fn.c(value) if self.ty == self.fn.ty else value, self.slot)
 
 
-class _Library:
-    """The special functions of one float type in one LLVM module (built on first use)."""
+class _Library(UnaryBuilders):
+    """The special functions of one float type in one LLVM module (built on first use);
+    the unary ones' bodies are in codegen/special_unary.py."""
 
     def __init__(self, module: ir.Module, ty):
         self.module, self.ty = module, ty

@@ -21,7 +21,7 @@ corners where plain numpy differs:
   half precision at every step, as TF's CPU kernels do.
 * Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
   BITCAST reinterprets bits; the ``-libm`` ops, TRUNCATED_NORMAL (interp_rng.py) and
-  igamma/betainc/zeta/... (Eigen's code, interp_special.py) call the C library as TF does.
+  igamma/betainc/zeta/lgamma/... (Eigen's code, interp_special*.py) call the C library as TF does.
 * The runtime-library ops (dot, convolutions, QR) are numpy's (interp_linalg.py).
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
@@ -36,7 +36,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
-from tfjit.ir import interp_linalg, interp_rng, interp_special
+from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
 from tfjit.ir.ops import CONV_BACKPROPS, Op
 
 
@@ -518,7 +518,11 @@ _EVAL = {
     Op.CONVERT: lambda instr, vals: _convert(vals[0], instr.operands[0].dtype, instr.dtype),
     Op.BITCAST: _bitcast,
     Op.TRUNCATED_NORMAL: lambda instr, vals: interp_rng.truncated_normal(vals, instr.dtype.numpy()),
-    **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU, **interp_special.FUNCTIONS}.items()},
+    **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU, **interp_special.FUNCTIONS,
+                                 **interp_special_unary.FUNCTIONS}.items()},
+    # the C library reads the operand's bits: a denormal is no zero to it, whatever DAZ says
+    **{op: (lambda fn: lambda instr, vals: _flush(np.asarray(fn(*vals))))(fn)
+       for op, fn in interp_special_unary.RAW_OPERAND.items()},
     **{op: _elementwise(fn) for op, fn in _EXACT.items()},
     Op.BROADCAST: _broadcast,
     Op.RESHAPE: lambda instr, vals: vals[0].reshape(instr.shape),

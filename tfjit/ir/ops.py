@@ -127,6 +127,14 @@ class Op(enum.Enum):
     BETAINC = ("betainc", Kind.ELEMENTWISE, 3)        # a, b, x: regularised I_x(a, b)
     ZETA = ("zeta", Kind.ELEMENTWISE, 2)              # x, q: Hurwitz zeta
     POLYGAMMA = ("polygamma", Kind.ELEMENTWISE, 2)    # n, x
+    # unary ones (semantics: ir/interp_special_unary.py; code: codegen/special_unary.py);
+    # f16 lowers through f32, as TF's half kernels compute
+    LGAMMA = ("lgamma", Kind.ELEMENTWISE, 1)          # the C library's lgamma_r
+    DIGAMMA = ("digamma", Kind.ELEMENTWISE, 1)
+    NDTRI = ("ndtri", Kind.ELEMENTWISE, 1)            # f32: Eigen's AVX packet code
+    ERFINV = ("erfinv", Kind.ELEMENTWISE, 1)          # TF's ndtri(x / 2 + 1 / 2) / sqrt(2)
+    BESSEL_I0E = ("bessel-i0e", Kind.ELEMENTWISE, 1)
+    BESSEL_I1E = ("bessel-i1e", Kind.ELEMENTWISE, 1)
     # data movement (index mappings)
     BROADCAST = ("broadcast", Kind.MOVEMENT, 1)  # attrs: dims (operand dim d -> result dim dims[d])
     RESHAPE = ("reshape", Kind.MOVEMENT, 1)
@@ -181,7 +189,8 @@ CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
 LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM})
-SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA})
+SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA, Op.LGAMMA, Op.DIGAMMA,
+                     Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)
 TYPED_RESULT = frozenset({Op.CONVERT, Op.BITCAST, Op.TRUNCATED_NORMAL})
 REDUCE_KINDS = ("sum", "prod", "max", "min", "and", "or", "maxnum")
