@@ -216,10 +216,11 @@ def test_uniform_int_with_runtime_bounds():
 
 
 def test_unsupported_alg_is_refused_with_a_reason():
+    """Algorithm ids other than 1-3 (THREEFRY, 2, is tests/test_threefry.py's)."""
     def fn(key, counter):
-        return R.StatelessRandomUniformV2(shape=[3], key=key, counter=counter, alg=2)
+        return R.StatelessRandomUniformV2(shape=[3], key=key, counter=counter, alg=5)
     key, counter = R.StatelessRandomGetKeyCounter(seed=tf.constant([1, 2]))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="only Philox"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Unsupported algorithm id: 5"):
         tfjit.function(fn, jit_compile=True)(key, counter)
 
 

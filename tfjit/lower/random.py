@@ -34,7 +34,11 @@ loop in the emitter (or Philox lanes materialised by fusion).
 
 Shapes must be compile-time constants (they are part of the cluster key);
 seeds, keys, counters and int bounds are runtime tensors.  ``alg`` must be a
-constant Philox (1) or auto-select (3, which is Philox on CPU).
+constant: Philox (1), auto-select (3: Philox, TF's CPU choice and XLA's on CPU
+and GPU) or THREEFRY (2), which TF's CPU kernels refuse and only its XLA bridge
+implements: threefry.py follows that definition.  Key and counter shapes are
+checked as TF checks them (key [1]; counter at least 2 long for Philox, 1 for
+THREEFRY), with TF's messages.
 """
 from __future__ import annotations
 
@@ -46,12 +50,13 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower import philox as px
+from tfjit.lower import threefry as tfy
 from tfjit.lower.philox import U32, U64, mask, shl, shr
 from tfjit.lower.registry import FLOATS, Unsupported, broadcast_to, register, scalar_like
 
 INT_DTYPES = (dt.I32, dt.I64)
 FULL_INT_DTYPES = (dt.I32, dt.I64, dt.U32, dt.U64)
-PHILOX, AUTO_SELECT = 1, 3
+PHILOX, THREEFRY, AUTO_SELECT = 1, 2, 3
 _TRUNCATED_SKIP = {dt.F32: 256, dt.F64: 128}     # Philox blocks reserved per output group
 
 
@@ -163,13 +168,24 @@ def uniform_full_int(m: Module, key: Instr, counter: Instr, n: int, dtype: dt.DT
 
 
 def uniform_int(m: Module, key: Instr, counter: Instr, n: int, dtype: dt.DType, lo: Instr, hi: Instr) -> Instr:
-    """lo + bits % (hi - lo); hi <= lo makes the modulus 0, so the kernel fails at run
-    time ("Integer division by zero", where TF says "Need minval < maxval")."""
+    return int_in_range(m, _bits(m, key, counter, n, dtype.bits), dtype, lo, hi)
+
+
+def _threefry_uniform_int(m: Module, key: tuple, counter: Instr, shape: tuple, dtype: dt.DType,
+                          lo: Instr, hi: Instr) -> Instr:
+    return int_in_range(m, m.bitcast(tfy.full_int(m, key, counter, shape, dtype), U32 if dtype.bits == 32 else U64),
+                        dtype, lo, hi)
+
+
+def int_in_range(m: Module, bits: Instr, dtype: dt.DType, lo: Instr, hi: Instr) -> Instr:
+    """lo + bits % (hi - lo) (TF's and XLA's formula alike); hi <= lo makes the modulus 0,
+    so the kernel fails at run time ("Integer division by zero", where TF says "Need
+    minval < maxval")."""
     unsigned = U32 if dtype.bits == 32 else U64
     width = m.elementwise(Op.SUB, m.convert(hi, unsigned), m.convert(lo, unsigned))
     width = m.elementwise(Op.SELECT, m.elementwise(Op.LT, lo, hi), width, m.scalar(0, unsigned))
-    offset = m.elementwise(Op.REM, _bits(m, key, counter, n, dtype.bits), broadcast_to(m, width, (n,)))
-    return m.bitcast(m.elementwise(Op.ADD, broadcast_to(m, m.convert(lo, unsigned), (n,)), offset), dtype)
+    offset = m.elementwise(Op.REM, bits, broadcast_to(m, width, bits.shape))
+    return m.bitcast(m.elementwise(Op.ADD, broadcast_to(m, m.convert(lo, unsigned), bits.shape), offset), dtype)
 
 
 # -- the TF ops -------------------------------------------------------------------------
@@ -182,16 +198,22 @@ def _shape(ctx) -> tuple:
 
 
 def _key_counter_inputs(ctx, key_at: int) -> tuple:
-    """(key, counter) of a V2 op, after checking its alg input (at key_at + 2)."""
+    """(key, counter, alg) of a V2 op, its alg input (at key_at + 2) resolved
+    (auto-select is Philox) and the shapes checked with TF's messages."""
     alg = ctx.const_ints(key_at + 2, "alg")[0]
-    if alg not in (PHILOX, AUTO_SELECT):
-        raise Unsupported(f"alg {alg}: TF's CPU kernels (and tfjit) implement only Philox (1) "
-                          f"and auto-select (3)")
+    if alg == AUTO_SELECT:
+        alg = PHILOX
+    if alg not in (PHILOX, THREEFRY):
+        raise Unsupported(f"Unsupported algorithm id: {alg} (1 is Philox, 2 THREEFRY, 3 auto-select)")
     key, counter = ctx.inputs[key_at], ctx.inputs[key_at + 1]
-    if key.shape != (1,) or key.dtype is not U64 or counter.rank != 1 or counter.shape[0] < 2:
-        raise Unsupported(f"a Philox key is u64[1] and a counter u64[2], not "
-                          f"{key.dtype}{list(key.shape)} and {counter.dtype}{list(counter.shape)}")
-    return key, counter
+    if key.shape != (1,):
+        raise Unsupported(f"key must have shape [1], not {list(key.shape)}. "
+                          f"(Note that batched keys are not supported yet.)")
+    need = 2 if alg == PHILOX else 1
+    if counter.rank != 1 or counter.shape[0] < need:
+        raise Unsupported(f"counter must be a vector with length at least {need}; got shape: "
+                          f"{list(counter.shape)}. (Note that batched counters are not supported yet.)")
+    return key, counter, alg
 
 
 def _seed_key_counter(ctx, at: int = 1) -> tuple:
@@ -201,15 +223,27 @@ def _seed_key_counter(ctx, at: int = 1) -> tuple:
     return px.key_counter(ctx.m, seed)
 
 
-def _fill(ctx, shape: tuple, key: Instr, counter: Instr, draw, *extra) -> Instr:
+def _fill(ctx, shape: tuple, key: Instr, counter: Instr, draw, *extra, alg: int = PHILOX) -> Instr:
+    """The op's output: ``draw`` over Philox's flat stream, or over THREEFRY's blocks
+    (whose order depends on the shape; ``draw`` is then threefry.py's)."""
     dtype = ctx.attr("dtype").ir
     n = math.prod(shape)
     if n == 0:
         return ctx.m.constant(np.zeros(shape, dtype.numpy()), dtype)
+    if alg == THREEFRY:
+        return draw(ctx.m, tfy.key_words(ctx.m, key), tfy.counter_word(ctx.m, counter), shape, dtype, *extra)
     return ctx.m.reshape(draw(ctx.m, key, counter, n, dtype, *extra), shape)
 
 
-_FLOAT_DRAWS = {"Uniform": uniform, "Normal": normal, "TruncatedNormal": truncated_normal}
+def _v2_or_seed(ctx) -> tuple:
+    """(key, counter, alg) of a V2 op, or of a V1 op's seed (always Philox)."""
+    if ctx.node.op.endswith("V2"):
+        return _key_counter_inputs(ctx, 1)
+    return _seed_key_counter(ctx) + (PHILOX,)
+
+
+_FLOAT_DRAWS = {PHILOX: {"Uniform": uniform, "Normal": normal, "TruncatedNormal": truncated_normal},
+                THREEFRY: {"Uniform": tfy.uniform, "Normal": tfy.normal, "TruncatedNormal": tfy.truncated_normal}}
 _FLOAT_OPS = {"StatelessRandomUniform": "Uniform", "StatelessRandomNormal": "Normal",
               "StatelessTruncatedNormal": "TruncatedNormal"}
 
@@ -217,29 +251,30 @@ _FLOAT_OPS = {"StatelessRandomUniform": "Uniform", "StatelessRandomNormal": "Nor
 @register(*_FLOAT_OPS, *(f"{op}V2" for op in _FLOAT_OPS), dtypes=FLOATS, type_attr="dtype")
 def _float_random(ctx):
     v2 = ctx.node.op.endswith("V2")
-    draw = _FLOAT_DRAWS[_FLOAT_OPS[ctx.node.op[:-2] if v2 else ctx.node.op]]
-    key, counter = _key_counter_inputs(ctx, 1) if v2 else _seed_key_counter(ctx)
-    return _fill(ctx, _shape(ctx), key, counter, draw)
+    key, counter, alg = _v2_or_seed(ctx)
+    draw = _FLOAT_DRAWS[alg][_FLOAT_OPS[ctx.node.op[:-2] if v2 else ctx.node.op]]
+    return _fill(ctx, _shape(ctx), key, counter, draw, alg=alg)
 
 
 @register("StatelessRandomUniformFullInt", "StatelessRandomUniformFullIntV2", dtypes=FULL_INT_DTYPES,
           type_attr="dtype")
 def _full_int(ctx):
-    key, counter = _key_counter_inputs(ctx, 1) if ctx.node.op.endswith("V2") else _seed_key_counter(ctx)
-    return _fill(ctx, _shape(ctx), key, counter, uniform_full_int)
+    key, counter, alg = _v2_or_seed(ctx)
+    return _fill(ctx, _shape(ctx), key, counter, tfy.full_int if alg == THREEFRY else uniform_full_int, alg=alg)
 
 
 @register("StatelessRandomUniformInt", "StatelessRandomUniformIntV2", dtypes=INT_DTYPES, type_attr="dtype")
 def _uniform_int(ctx):
     v2 = ctx.node.op.endswith("V2")
-    key, counter = _key_counter_inputs(ctx, 1) if v2 else _seed_key_counter(ctx)
+    key, counter, alg = _v2_or_seed(ctx)
     lo, hi = ctx.inputs[4:6] if v2 else ctx.inputs[2:4]
     if lo.shape != () or hi.shape != ():
         raise Unsupported(f"minval and maxval must be scalars, not {list(lo.shape)} and {list(hi.shape)}")
     shape = _shape(ctx)
     if lo.op is Op.CONSTANT and hi.op is Op.CONSTANT and math.prod(shape) and not lo.value < hi.value:
         raise Unsupported(f"Need minval < maxval, got {lo.value} >= {hi.value}")
-    return _fill(ctx, shape, key, counter, uniform_int, lo, hi)
+    return _fill(ctx, shape, key, counter, _threefry_uniform_int if alg == THREEFRY else uniform_int, lo, hi,
+                 alg=alg)
 
 
 @register("StatelessRandomGetKeyCounter", dtypes=INT_DTYPES, type_attr="Tseed")
