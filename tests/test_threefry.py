@@ -25,7 +25,9 @@ from test_random_ops import assert_bits_equal
 
 R = tf.raw_ops
 THREEFRY = 2
-SHAPES = [(), (0,), (3, 0), (1,), (7,), (8,), (3, 5), (5, 4, 3), (5, 9, 9), (1031,)]
+SHAPES = [(), (3, 0), (7,), (8,), (5, 4, 3), (5, 9, 9), (1031,)]   # each adds a kernel a case
+# Normals draw their uniforms through the same bit layout: fewer shapes keep the file fast
+NORMAL_SHAPES = [(), (7,), (5, 4, 3), (5, 9, 9), (1031,)]
 KEYS_COUNTERS = [  # (key, counter): counters of lengths 1-3 (only counter[0] counts), wrapping round 2^64
     (0, [0]),
     (0x123456789ABCDEF0, [5, 7]),
@@ -88,11 +90,12 @@ def _assert_close_to_xla(got, want, op: str, what: str) -> None:
 
 @pytest.mark.parametrize("op, d", [pytest.param(op, d, id=f"{op}-{d.name}") for op in OPS for d in OPS[op][0]])
 def test_threefry_matches_tf_xla(op, d):
-    fn = _graph(op, d)
+    shapes = NORMAL_SHAPES if "Normal" in op else SHAPES
+    fn = _graph(op, d, shapes)
     compiled, xla = tfjit.function(fn, jit_compile=True), tf.function(fn, jit_compile=True)
     for key, counter in KEYS_COUNTERS:
         args = _args(key, counter)
-        for shape, g, w in zip(SHAPES, compiled(*args), xla(*args)):
+        for shape, g, w in zip(shapes, compiled(*args), xla(*args)):
             what = f"{op} {d.name} {list(shape)} key={key:#x} counter={counter}"
             _assert_close_to_xla(g.numpy(), w.numpy(), op, what)
 
