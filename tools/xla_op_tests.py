@@ -7,7 +7,16 @@ Where the tests come from: ``tensorflow/compiler/tests/*_test.py`` in the Tensor
 repository (https://github.com/tensorflow/tensorflow, Apache-2.0), the op tests
 TF's XLA runs on its ``XLA_CPU`` device.  They are not part of tfjit: check out (or
 download) that folder and pass it as ``--tests-dir``; ``test_utils.py`` and other
-helpers the files import from ``tensorflow.compiler.tests`` are read from there too.
+helpers the files import from ``tensorflow.compiler.tests`` are read from there too::
+
+    git clone --depth 1 --filter=blob:none --sparse https://github.com/tensorflow/tensorflow
+    git -C tensorflow sparse-checkout set tensorflow/compiler/tests
+
+Some files import scipy or absl's parameterized (install them where TF runs).  The
+files follow TF's numpy: with numpy 2 a few fail in every mode (``np.NINF``, Python
+ints out of a dtype's range); ``--mode xla`` runs the same files under TF's own XLA
+auto-clustering, and ``--baseline`` of that run's ``--json`` gives the pass rate over
+the tests XLA:CPU passes here.
 
 How they run: ``tools/xla_test_standin.py`` replaces their ``xla_test.XLATestCase``:
 the same type sets as TF's cpu backend (``--types=xla_cpu``, the default: f16, f32,
