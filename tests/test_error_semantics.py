@@ -1,5 +1,8 @@
 """Bad attributes and operands get TF's (or XLA's) error: must-compile names them in
 TF's words, auto mode raises what TF raises (issue: defects found by outside suites)."""
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 
@@ -23,6 +26,11 @@ CASES = [
     ("avgpool-ksize-0", lambda tf: lambda x: tf.nn.avg_pool2d(x + 1.0, [1, 2, 0, 1], 1, "VALID") * 2.0,
      (1, 4, 4, 1), "Sliding window ksize field for dimension 2 must be positive but is 0",
      "ksize must be a positive"),
+    # TF's XLA op tests (reduce_ops_test): one dimension named twice is TF's error.
+    ("sum-duplicate-axes", lambda tf: lambda x: tf.reduce_sum(x * 2.0, axis=[0, -2]) + 1.0,
+     (2, 3), "Axes contains duplicate dimension: 0", "Axes contains duplicate dimension: 0"),
+    ("mean-duplicate-axes", lambda tf: lambda x: tf.reduce_mean(x * 2.0, axis=[1, 1]) + 1.0,
+     (2, 3), "Axes contains duplicate dimension: 1", "Axes contains duplicate dimension: 1"),
 ]
 
 
@@ -39,6 +47,59 @@ def test_errors_are_tfs(tf, tfjit, case):
     with pytest.raises(tf.errors.InvalidArgumentError) as auto:
         tfjit.function(make(tf), jit_compile=None)(x)
     assert tf_words in str(auto.value)
+
+
+@pytest.fixture
+def session_auto_mode(tfjit):
+    """TF1 Session graphs auto-clustered as TF's XLA op tests run them: every op a
+    cluster, compiled at once.  Flags are restored afterwards."""
+    from tfjit.api import autojit
+    saved = dataclasses.replace(tfjit.config.flags())
+    tfjit.config.set_flags(tfjit_cpu_global_jit=True, tfjit_min_cluster_size=1,
+                           tfjit_enable_lazy_compilation=False)
+    autojit.activate()
+    autojit.recent.clear()
+    yield autojit
+    for f in dataclasses.fields(saved):
+        setattr(tfjit.config.flags(), f.name, getattr(saved, f.name))
+
+
+AXES_FED = ([0], [1], [-1], [0, 1], [0, 0], [1, -1], [-2, 1, 0])
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_all"])
+def test_reduction_axes_fed_at_run_time(tf, tfjit, session_auto_mode, op):
+    """Axes fed to a Session at run time are compiled per value (constant arguments):
+    valid ones give TF's result, one dimension named twice TF's InvalidArgumentError
+    (tfjit refuses that value and the launch runs TF's kernel, which raises)."""
+    from tfjit.api.service import SERVICE
+    dtype, value = ((tf.bool, np.arange(6).reshape(2, 3) % 4 == 1) if op == "reduce_all" else
+                    (tf.float32, np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5))
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(dtype, [2, 3])
+        axes = tf.compat.v1.placeholder(tf.int32, [None])
+        y = getattr(tf, op)(x, axes)
+
+    def run(auto_jit):
+        tfjit.config.set_flags(tfjit_auto_jit=auto_jit)
+        out = []
+        with tf.compat.v1.Session(graph=g) as sess:
+            for a in AXES_FED:
+                try:
+                    out.append(sess.run(y, {x: value, axes: a}))
+                except tf.errors.InvalidArgumentError as e:   # the kernel's words
+                    out.append(re.search(r"Invalid reduction arguments: .*?\d+", e.message)[0])
+        return out
+
+    want, got = run(-1), run(2)
+    (spec,) = [s for r in session_auto_mode.recent for s in r.specs]
+    assert len(SERVICE.variants[spec.key]) == 4          # the four valid values compiled
+    for a, w, v in zip(AXES_FED, want, got):
+        if isinstance(w, str):
+            assert "Axes contains duplicate dimension" in w and v == w, (a, w, v)
+        else:
+            np.testing.assert_array_equal(v, w, err_msg=str(a))
 
 
 def _frozen_graph_fn(tf):

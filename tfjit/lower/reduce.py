@@ -15,13 +15,19 @@ from tfjit.lower.registry import ALL, FLOATS, NUMERIC, Unsupported, register, sc
 
 
 def _axes(ctx, rank: int) -> list:
+    """The reduction axes, normalised and sorted.  Axes naming one dimension twice
+    ([0, -2] of a matrix included) are refused, as TF's kernel and tf2xla refuse them:
+    auto mode then runs TF's kernel, which raises its InvalidArgumentError."""
     axes = ctx.const_ints(1, "reduction axes")
     out = []
     for a in axes:
         if not -max(rank, 1) <= a < max(rank, 1):
             raise Unsupported(f"reduction axis {a} out of range for rank {rank}")
-        out.append(a % rank if rank else 0)
-    return sorted(set(out)) if rank else []
+        d = a % rank if rank else 0
+        if d in out:
+            raise Unsupported(f"Invalid reduction arguments: Axes contains duplicate dimension: {d}")
+        out.append(d)
+    return sorted(out) if rank else []
 
 
 def reduce_axes(m, x, kind: str, axes: list, keep_dims: bool):
