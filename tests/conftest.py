@@ -28,6 +28,12 @@ def collect_for_ptx():
     ptx_collect.install()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--cuda-tensorflow", default=None,
+                     help="the CUDA tensorflow wheel, or its unzipped tensorflow/include, for "
+                          "test_gpu_launch.py's compile check of the GPU kernel")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "after_all: runs after every other test of the session")
 

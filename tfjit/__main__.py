@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for path in paths:
         print(path)
+    from tfjit.runtime.build import gpu_kernel_note
+    print(gpu_kernel_note(), file=sys.stderr)
     print(f"tfjit: built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return 0
 

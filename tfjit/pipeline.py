@@ -35,7 +35,7 @@ from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions
-from tfjit.runtime import cuda, launch
+from tfjit.runtime import cuda, launch, launch_gpu
 
 
 @dataclasses.dataclass
@@ -242,6 +242,8 @@ class CompiledPtx:
     params: list                # [(DType, shape)]
     outputs: list               # [(DType, shape)]
     fusions: list
+    variable_params: frozenset = frozenset()   # inputs that are resource variables
+    updates: tuple = ()         # the trailing outputs' variable inputs
 
     def program(self) -> cuda.Program:
         """The plain data runtime/cuda.py runs (no compiler objects)."""
@@ -249,6 +251,15 @@ class CompiledPtx:
             self.name, self.arch, self.ptx, list(self.entries), list(self.messages),
             [(d.numpy(), s) for d, s in self.params], [(d.numpy(), s) for d, s in self.outputs],
             list(self.plan.output_source), list(self.plan.temp_offsets), self.plan.arena_bytes)
+
+    def executable(self) -> launch_gpu.GpuExecutable:
+        """What TfjitLaunch's GPU kernel runs (runtime/launch_gpu.py)."""
+        return launch_gpu.make_gpu_executable(
+            self.program(),
+            input_dtypes=[launch.DT_RESOURCE if k in self.variable_params else d.tf_enum
+                          for k, (d, _) in enumerate(self.params)],
+            output_dtypes=[d.tf_enum for d, _ in self.outputs], temp_bytes=self.plan.temp_bytes,
+            update_inputs=list(self.updates), update_in_place=self.plan.update_in_place)
 
 
 def compile_ptx(m: Module, name: str, arch: str = "sm_90", after_pass=None) -> CompiledPtx:
@@ -261,7 +272,16 @@ def compile_ptx(m: Module, name: str, arch: str = "sm_90", after_pass=None) -> C
     ptx, _ = nvptx.to_ptx(text_ir, arch, jit_compiler())
     return CompiledPtx(name, arch, ptx, text_ir, [(s, rows) for s, rows, _ in e.steps],
                        e.messages, o.plan, params,
-                       [(out.dtype, out.shape) for out in m.outputs], o.fusions)
+                       [(out.dtype, out.shape) for out in m.outputs], o.fusions,
+                       frozenset(m.variable_params), tuple(m.updates))
+
+
+def compile_cluster_gpu(cluster_def: bytes, signature: list, name: str, device_arch: str,
+                        constants: dict | None = None) -> CompiledPtx:
+    """One cluster as PTX for a GPU of ``device_arch`` (the TfjitLaunch GPU kernel's
+    compile): the newest of nvptx.ARCHS the device runs; NotForTarget as compile_ptx."""
+    m = lower_cluster(Graph.from_bytes(cluster_def), signature, name, constants)
+    return compile_ptx(m, name, nvptx.arch_for(device_arch))
 
 
 def ptx_of(compiled: Compiled, arch: str = "sm_90") -> CompiledPtx:

@@ -28,7 +28,7 @@ import threading
 import numpy as np
 
 from tfjit import settings
-from tfjit.runtime import launch
+from tfjit.runtime import launch, launch_gpu
 
 log = logging.getLogger("tfjit")
 
@@ -73,6 +73,7 @@ class CompileService:
                 llvm_cpu.start_server(pipeline.jit_compiler())      # it starts up while the op library loads
                 launch.load(os.path.join(settings.cache_root(), "ops"))
                 launch.set_compile_callback(self.on_miss)
+                launch_gpu.set_gpu_compile_callback(self.on_miss_gpu)   # a CUDA build only
                 self.installed = True
 
     def register(self, key: str, cluster_def: bytes, name: str | None = None,
@@ -166,6 +167,35 @@ class CompileService:
                 raise launch.CompileError(describe(e)) from None
         with self._lock:
             return self._policy(cluster, signature, executions, values)
+
+    def on_miss_gpu(self, cluster: str, cluster_def: bytes, signature: list, *, arch: str,
+                    executions: int = 0, can_fall_back: bool = False,
+                    constants: dict | None = None):
+        """The GPU kernel's callback (launch_op_gpu.cc; not yet run on a GPU): the cluster
+        as PTX for ``arch``.  A cluster the GPU target refuses is the user's error in
+        must-compile and runs the original subgraph in auto mode (warned once, not
+        retried); auto mode's lazy and megamorphic policy is the CPU's alone so far."""
+        from tfjit import pipeline
+        if cluster not in self._defs:
+            if not cluster_def:
+                raise KeyError(f"unknown tfjit cluster {cluster} and no definition in the node")
+            self.register(cluster, cluster_def)
+        sig = tuple(pipeline.signature_of([d for d, _ in signature], [s for _, s in signature]))
+        name = self.names.get(cluster, "cluster")
+        try:
+            compiled = pipeline.compile_cluster_gpu(self._defs[cluster], list(sig), name, arch,
+                                                    _constant_values(sig, constants or {}))
+            return compiled.executable()
+        except Exception as e:   # noqa: BLE001 - every failure is the user's or a fallback
+            if not can_fall_back:
+                raise launch.CompileError(f"tfjit cluster {name} cannot run on the GPU "
+                                          f"({arch}): {e}") from None
+            state = self._states[cluster]
+            if not state.failed:
+                log.warning("tfjit: cluster %s runs in TensorFlow on the GPU (%s: %s)", name,
+                            type(e).__name__, e)
+            state.failed = True
+            return self._fall_back(cluster, f"the GPU cannot run it: {e}", remember=True)
 
     def _policy(self, key: str, signature: list, executions: int, constants: dict | None = None):
         """Auto mode: compile, or run the original subgraph (``launch.Fallback``).

@@ -84,6 +84,16 @@ def target(arch: str = "sm_90") -> Target:
                   library_prefix="", gpu_arch=arch)
 
 
+def arch_for(device_arch: str) -> str:
+    """The newest of ARCHS a GPU of ``device_arch`` ("sm_89") runs: the driver compiles
+    PTX for its own device, so PTX for an older arch runs on a newer GPU."""
+    number = int(device_arch[3:]) if device_arch[3:].isdigit() else -1
+    fits = [a for a in ARCHS if int(a[3:]) <= number]
+    if not device_arch.startswith("sm_") or not fits:
+        raise ValueError(f"tfjit's GPU code needs {ARCHS[0]} or newer; this GPU is {device_arch}")
+    return max(fits, key=lambda a: int(a[3:]))
+
+
 def refuse(fusions: list, t: Target) -> None:
     """NotForTarget for the first kernel whose kind the GPU does not emit yet, or
     that computes one of TF's special functions (codegen/special.py: Eigen's code

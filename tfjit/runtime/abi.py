@@ -66,3 +66,41 @@ def check(lib: ctypes.CDLL, path: str) -> None:
         raise AbiMismatch(f"tfjit: the op library {path} was built for another tfjit runtime "
                           f"(ABI layout {theirs}, this tfjit's {layout()}); delete it, or "
                           "rebuild with `python -m tfjit build`")
+
+
+# -- The GPU executable (gpu_abi.h), run by TfjitLaunch's DEVICE_GPU kernel ------------
+
+GPU_VERSION = 1
+
+
+class TfjitGpuStep(ctypes.Structure):
+    _fields_ = [("entry", ctypes.c_char_p), ("rows", ctypes.c_int64), ("block", ctypes.c_int32),
+                ("max_blocks_per_sm", ctypes.c_int32)]
+
+
+class TfjitGpuExecutable(ctypes.Structure):
+    _fields_ = [("host", TfjitExecutable), ("image", ctypes.c_char_p),
+                ("image_bytes", ctypes.c_int64), ("arch", ctypes.c_int32),
+                ("num_steps", ctypes.c_int32), ("steps", ctypes.POINTER(TfjitGpuStep))]
+
+
+def gpu_layout() -> tuple:
+    """This side's answer to TfjitGpuAbiLayout (gpu_abi.h lists the fields)."""
+    return (GPU_VERSION, ctypes.sizeof(TfjitGpuStep), ctypes.sizeof(TfjitGpuExecutable),
+            TfjitGpuExecutable.image.offset, TfjitGpuExecutable.steps.offset)
+
+
+def check_gpu(lib: ctypes.CDLL, path: str) -> None:
+    """Refuses an op library whose GPU kernel's ABI layout is not this file's (a library
+    without the GPU kernel passes: it never reads a GPU executable)."""
+    try:
+        fn = lib.TfjitGpuAbiLayout
+    except AttributeError:
+        return
+    out = (ctypes.c_int64 * 5)()
+    fn.argtypes, fn.restype = [ctypes.POINTER(ctypes.c_int64)], None
+    fn(out)
+    if tuple(out) != gpu_layout():
+        raise AbiMismatch(f"tfjit: the op library {path} has a GPU kernel built for another "
+                          f"tfjit runtime (GPU ABI layout {tuple(out)}, this tfjit's "
+                          f"{gpu_layout()}); delete it, or rebuild with `python -m tfjit build`")

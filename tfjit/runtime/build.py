@@ -43,15 +43,26 @@ LIBRARY_NAME = "tfjit_launch_op.so"
 HOST_LIBRARY_NAME = "tfjit_linalg.so"
 HOST_SOURCES = ("linalg.cc",)
 AOT_SOURCES = ("aot_runtime.cc",)    # with linalg.cc: tfjit-aot's static runtime (aot/runtime.py)
+# TfjitLaunch's DEVICE_GPU kernel: part of the op library only when TensorFlow is a CUDA
+# build (it needs GOOGLE_CUDA, TF's stream_executor and CUDA's cuda.h); not run on a
+# GPU yet.  tools/check_gpu_launch_build.py compiles it against the CUDA wheel's headers.
+GPU_SOURCES = ("launch_op_gpu.cc",)
 
 
 def sources() -> list[str]:
-    """Every C++ file of both libraries."""
-    return sorted(os.path.join(HERE, f) for f in os.listdir(HERE) if f.endswith(".cc"))
+    """Every C++ file that builds against any TensorFlow (the GPU kernel is not one)."""
+    return sorted(os.path.join(HERE, f) for f in os.listdir(HERE)
+                  if f.endswith(".cc") and f not in GPU_SOURCES)
 
 
-def launch_sources() -> list[str]:
-    return [p for p in sources() if os.path.basename(p) not in HOST_SOURCES + AOT_SOURCES]
+def gpu_sources() -> list[str]:
+    return [os.path.join(HERE, f) for f in GPU_SOURCES]
+
+
+def launch_sources(cuda: bool = False) -> list[str]:
+    """The op library's sources; with ``cuda``, also the GPU kernel (a CUDA TensorFlow)."""
+    own = [p for p in sources() if os.path.basename(p) not in HOST_SOURCES + AOT_SOURCES]
+    return own + (gpu_sources() if cuda else [])
 
 
 def host_sources() -> list[str]:
@@ -100,6 +111,41 @@ def _tf_flags() -> tuple[str, list[str], list[str]]:
     return tf.__version__, list(tf.sysconfig.get_compile_flags()), list(tf.sysconfig.get_link_flags())
 
 
+def tensorflow_has_cuda() -> bool:
+    """Whether the installed TensorFlow is a CUDA build (its op library then gets the
+    GPU kernel)."""
+    import tensorflow as tf
+    return bool(tf.test.is_built_with_cuda())
+
+
+def gpu_kernel_note(cuda: bool | None = None) -> str:
+    """One line on the GPU kernel of TfjitLaunch for this TensorFlow (``python -m tfjit
+    build`` prints it)."""
+    cuda = tensorflow_has_cuda() if cuda is None else cuda
+    if not cuda:
+        return ("tfjit: this TensorFlow is not a CUDA build: the TfjitLaunch op has its CPU "
+                "kernel only")
+    return ("tfjit: this TensorFlow is a CUDA build: the op library includes TfjitLaunch's "
+            "GPU kernel (launch_op_gpu.cc, opt-in per node, not yet run on a GPU)")
+
+
+def cuda_flags(compile_flags: list[str]) -> list[str]:
+    """What the GPU kernel needs beyond TF's flags: GOOGLE_CUDA, and cuda.h (the CUDA
+    headers TF's wheel carries under third_party/gpus, else CUDA_HOME's or nvcc's)."""
+    includes = [f[2:] for f in compile_flags if f.startswith("-I")]
+    candidates = [os.path.join(i, "third_party", "gpus", "cuda", "include") for i in includes]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))),
+                                       "include"))
+    candidates.append("/usr/local/cuda/include")
+    found = next((c for c in candidates if os.path.exists(os.path.join(c, "cuda.h"))), None)
+    if found is None:
+        raise BuildError("building TfjitLaunch's GPU kernel needs CUDA's cuda.h; none in "
+                         + ", ".join(candidates))
+    return ["-DGOOGLE_CUDA=1", f"-I{found}"]
+
+
 # x86-64 micro-architecture levels (the psABI's) the host library is built for, best
 # first, with the /proc/cpuinfo flags a CPU needs for each.  No AVX-512 level:
 # TF's bundled Eigen does not compile for it (see the module docstring), and TF's
@@ -136,10 +182,13 @@ def host_level(flags: frozenset | None = None, machine: str | None = None) -> st
     return next(level for level, need in HOST_LEVELS if need <= flags)
 
 
-def source_flags(path: str, level: str | None) -> list[str]:
+def source_flags(path: str, level: str | None, compile_flags: list[str] = ()) -> list[str]:
     """tfjit's own flags for one source (after TF's): the host library's Eigen code is
     optimised for ``level``, its template instances kept private so they never bind
-    to TensorFlow's own (differently compiled) copies."""
+    to TensorFlow's own (differently compiled) copies; the GPU kernel gets
+    ``cuda_flags(compile_flags)``."""
+    if os.path.basename(path) in GPU_SOURCES:
+        return cuda_flags(list(compile_flags))
     if os.path.basename(path) not in HOST_SOURCES + AOT_SOURCES:
         return []
     march = [f"-march={level}", "-mtune=generic"] if level else []
@@ -164,7 +213,7 @@ def _key_flags(flags: list[str]) -> list[str]:
 def op_library_path(cache_root: str | None = None, prebuilt: bool = True) -> str:
     """The op library (TfjitLaunch and the runtime library), building it if needed;
     ``prebuilt``: take the one pip install put into the package, where it matches."""
-    return _library(launch_sources(), LIBRARY_NAME, None, cache_root,
+    return _library(launch_sources(cuda=tensorflow_has_cuda()), LIBRARY_NAME, None, cache_root,
                     "the TfjitLaunch op", prebuilt)
 
 
@@ -186,7 +235,7 @@ def _library(files: list[str], name: str, level: str | None, cache_root: str | N
     for path in files:
         with open(path, "rb") as f:
             text = f.read()
-        flags = _BASE_FLAGS + compile_flags + source_flags(path, level)
+        flags = _BASE_FLAGS + compile_flags + source_flags(path, level, compile_flags)
         objects.append((path, flags, _digest(version, os.path.basename(path), text, headers,
                                              *_key_flags(flags))))
     subdir = f"tf{version}-{_digest(*(d for _, _, d in objects), *_key_flags(link_flags))}"

@@ -36,6 +36,11 @@ from tfjit.runtime import abi
 from tfjit.runtime.launch import status_text
 
 
+# A launch's grid: ceil(rows / block) blocks, at most this many per multiprocessor (the
+# entries' grid-stride loops take the rest); TfjitLaunch's GPU kernel uses the same rule.
+BLOCKS_PER_SM = 32
+
+
 class GpuError(RuntimeError):
     """A CUDA driver call failed (its name and the driver's error name)."""
 
@@ -163,7 +168,7 @@ class Device:
         self.drv.cuMemFree(ptr)
 
     def launch(self, fn, block: int, rows: int, bufs: int) -> None:
-        grid = max(1, min(-(-rows // block), self.sms * 32))    # grid-stride beyond that
+        grid = max(1, min(-(-rows // block), self.sms * BLOCKS_PER_SM))
         args = [ctypes.c_uint64(bufs), ctypes.c_int64(rows)]
         params = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
         _check("cuLaunchKernel", self.drv.cuLaunchKernel(

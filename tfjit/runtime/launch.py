@@ -199,6 +199,7 @@ class _Library:
         self.ops = tf.load_op_library(path)     # registers the op and kernel
         self.c = ctypes.CDLL(path)              # same dlopen handle: same globals
         abi.check(self.c, path)                 # its structs are this tfjit's (abi.h)
+        abi.check_gpu(self.c, path)             # and its GPU kernel's (gpu_abi.h), if built
         self.c.TfjitSetCompileCallback.argtypes = [COMPILE_CALLBACK]
         self.c.TfjitSetCompileCallback.restype = None
         self.c.TfjitClearCache.argtypes = []
@@ -292,16 +293,43 @@ def _write_error(buffer: int, size: int, text: str) -> None:
     ctypes.memmove(buffer, data + b"\0", len(data) + 1)
 
 
+def decode_request(n, dtypes, ranks, dims, values, value_bytes) -> tuple[Signature, dict]:
+    """(signature, {input: bytes of a constant argument}) from a compile callback's
+    C arguments (the CPU's and the GPU's callbacks pass them alike)."""
+    signature, pos, constants = [], 0, {}
+    for i in range(n):
+        signature.append((dtypes[i], tuple(dims[pos:pos + ranks[i]])))
+        pos += ranks[i]
+        if values[i]:
+            constants[i] = ctypes.string_at(values[i], value_bytes[i])
+    return signature, constants
+
+
+def answer_request(compile_one: Callable, out, error, error_len) -> int:
+    """Runs ``compile_one() -> address`` for a compile callback: 0 and ``out[0]`` set, or
+    the op's code (a fallback, or 1 with the error text written); nothing escapes to C."""
+    try:
+        out[0] = compile_one()
+        return 0
+    except Fallback as e:
+        _write_error(error, error_len, str(e))
+        return _FALLBACK_ALWAYS if e.remember else _FALLBACK_ONCE
+    except CompileError as e:
+        _write_error(error, error_len, str(e))
+        return 1
+    except BaseException as e:  # noqa: BLE001 - must never escape into C
+        try:
+            _write_error(error, error_len, f"{type(e).__name__}: {e}")
+        except BaseException:  # noqa: BLE001
+            pass
+        return 1
+
+
 def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
     def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, values, value_bytes,
                  executions, can_fall_back, out, error, error_len):
-        try:
-            signature, pos, constants = [], 0, {}
-            for i in range(n):
-                signature.append((dtypes[i], tuple(dims[pos:pos + ranks[i]])))
-                pos += ranks[i]
-                if values[i]:
-                    constants[i] = ctypes.string_at(values[i], value_bytes[i])
+        def compile_one():
+            signature, constants = decode_request(n, dtypes, ranks, dims, values, value_bytes)
             name = cluster.decode()
             key = (name, tuple(signature), tuple(sorted(constants.items())))
             with _callback_lock:
@@ -316,20 +344,8 @@ def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
                                     "not tfjit.runtime.launch.Executable")
                 with _callback_lock:     # concurrent misses: the first executable wins
                     exe = _executables.setdefault(key, exe)
-            out[0] = exe.address
-            return 0
-        except Fallback as e:
-            _write_error(error, error_len, str(e))
-            return _FALLBACK_ALWAYS if e.remember else _FALLBACK_ONCE
-        except CompileError as e:
-            _write_error(error, error_len, str(e))
-            return 1
-        except BaseException as e:  # noqa: BLE001 - must never escape into C
-            try:
-                _write_error(error, error_len, f"{type(e).__name__}: {e}")
-            except BaseException:  # noqa: BLE001
-                pass
-            return 1
+            return exe.address
+        return answer_request(compile_one, out, error, error_len)
     return COMPILE_CALLBACK(callback)
 
 
@@ -389,25 +405,47 @@ def set_pass_callback(fn: Callable[[bytes, bool, int, str], bytes | None] | None
 # -- Running ----------------------------------------------------------------
 
 def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
-           output_shapes: list, fallback=None, constant_args=(), name: str | None = None) -> list:
+           output_shapes: list, fallback=None, constant_args=(), name: str | None = None,
+           gpu: bool = False) -> list:
     """Adds (graph) or runs (eager) one TfjitLaunch op; returns its outputs.
 
     ``fallback``: a function (e.g. a ConcreteFunction, added to the graph) that takes
     the same inputs and returns the same outputs: the node can then run it instead of
     compiled code (the compile callback decides, per signature).  ``constant_args``:
-    the inputs whose values are part of the signature (compiled per value)."""
-    return _lib().ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
-                                   cluster_def=cluster_def, output_shapes=output_shapes,
-                                   fallback=[fallback] if fallback is not None else [],
-                                   constant_args=list(constant_args), name=name)
+    the inputs whose values are part of the signature (compiled per value).
+    ``gpu``: the node asks for the GPU kernel (its ``_kernel`` label, launch_gpu.py;
+    graph mode only, where TF applies labels; a CUDA build's op library has it)."""
+    ops = _lib().ops
+
+    def add():
+        return ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
+                                cluster_def=cluster_def, output_shapes=output_shapes,
+                                fallback=[fallback] if fallback is not None else [],
+                                constant_args=list(constant_args), name=name)
+    if not gpu:
+        return add()
+    import tensorflow as tf
+    if tf.executing_eagerly():
+        raise ValueError("TfjitLaunch's GPU kernel is chosen by the node's _kernel label, which "
+                         "TensorFlow applies in graph mode: call launch(gpu=True) in a tf.function")
+    from tfjit.runtime.launch_gpu import KERNEL_LABEL
+    with tf.compat.v1.get_default_graph()._kernel_label_map({"TfjitLaunch": KERNEL_LABEL}):
+        return add()
 
 
 def clear_cache() -> None:
-    """Drops all executables. Must not race with running launches."""
+    """Drops all executables (the GPU kernel's too). Must not race with running launches."""
     if _library is not None:
         _library.c.TfjitClearCache()
+        if hasattr(_library.c, "TfjitGpuClearCache"):    # a CUDA build (launch_gpu.py)
+            _library.c.TfjitGpuClearCache()
     with _callback_lock:
         _executables.clear()
+    for drop in _on_clear:
+        drop()
+
+
+_on_clear: list = []     # what else holds executables (launch_gpu.py's), emptied by clear_cache
 
 
 def kernel_choices() -> dict:

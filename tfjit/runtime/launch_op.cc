@@ -69,6 +69,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -85,6 +86,7 @@
 #include "tensorflow/core/util/work_sharder.h"
 #include "abi.h"
 #include "arena.h"
+#include "launch_common.h"
 #include "runtime.h"
 #include "variables.h"
 
@@ -105,26 +107,10 @@ namespace {
 
 using tfjit::Variables;
 
-template <typename... Args>
-absl::Status Invalid(const Args&... args) {
-  return absl::InvalidArgumentError(absl::StrCat(args...));
-}
-std::string TypeName(int32_t dtype) { return DataTypeString(static_cast<DataType>(dtype)); }
-
-// A kernel's message with each "{i}" replaced by status.detail[i].
-std::string ErrorText(const char* message, const TfjitStatus& status) {
-  std::string out;
-  for (const char* p = message; *p; ++p) {
-    if (p[0] == '{' && p[1] >= '0' && p[1] <= '6' && p[2] == '}') {
-      absl::StrAppend(&out, status.detail[p[1] - '0']);
-      p += 2;
-    } else {
-      out.push_back(*p);
-    }
-  }
-  return out;
-}
-void* Data(const Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
+using tfjit::Data;
+using tfjit::ErrorText;
+using tfjit::Invalid;
+using tfjit::TypeName;
 
 // Below this many estimated cycles a step runs on the calling thread.
 constexpr int64_t kInlineCost = 50000;
@@ -157,7 +143,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("fallback", &fallback));
     OP_REQUIRES(ctx, fallback.size() <= 1,
                 Invalid("TfjitLaunch: at most one fallback function, got ", fallback.size()));
-    if (!fallback.empty()) fallback_ = fallback[0];
+    if (!fallback.empty()) fallback_ = std::make_unique<tfjit::FallbackRunner>(fallback[0]);
     has_fallback_ = !fallback.empty();
     std::vector<int64_t> constant_args;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("constant_args", &constant_args));
@@ -186,7 +172,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
     }
     if (exe == &kFallbackMarker) {
       vars.Unlock();   // the fallback reads the variables itself
-      RunFallback(ctx, std::move(done));
+      fallback_->Run(ctx, cluster_, std::move(done));
       return;
     }
     OP_REQUIRES_OK_ASYNC(ctx, Run(ctx, vars, *exe), done);
@@ -492,54 +478,6 @@ class TfjitLaunchOp : public AsyncOpKernel {
     return Invalid(text, " (in tfjit cluster ", cluster_, ")");
   }
 
-  // Runs the node's original subgraph (a function in the graph's library), as
-  // TF's CallOp does; the instantiated handle is kept per library runtime.
-  void RunFallback(OpKernelContext* ctx, DoneCallback done) {
-    FunctionLibraryRuntime* lib = ctx->function_library();
-    OP_REQUIRES_ASYNC(ctx, lib != nullptr,
-                      absl::InternalError(absl::StrCat("tfjit cluster ", cluster_,
-                                                       ": no function library for the fallback")),
-                      done);
-    FunctionLibraryRuntime::Handle handle;
-    {
-      absl::MutexLock l(&fallback_mu_);
-      auto it = handles_.find(lib);
-      if (it == handles_.end()) {
-        OP_REQUIRES_OK_ASYNC(ctx, lib->Instantiate(fallback_.name(), AttrSlice(&fallback_.attr()),
-                                                   &handle), done);
-        handles_.emplace(lib, handle);
-      } else {
-        handle = it->second;
-      }
-    }
-    FunctionLibraryRuntime::Options opts;
-    opts.rendezvous = ctx->rendezvous();
-    opts.cancellation_manager = ctx->cancellation_manager();
-    opts.step_container = ctx->step_container();
-    opts.stats_collector = ctx->stats_collector();
-    opts.runner = ctx->runner();
-    opts.run_all_kernels_inline = ctx->run_all_kernels_inline();
-    opts.collective_executor = ctx->collective_executor();
-    std::vector<Tensor> args;
-    args.reserve(ctx->num_inputs());
-    for (int i = 0; i < ctx->num_inputs(); ++i) args.push_back(ctx->input(i));
-    auto* rets = new std::vector<Tensor>;
-    lib->Run(opts, handle, args, rets,
-             [ctx, rets, done = std::move(done), this](const absl::Status& status) {
-               if (!status.ok()) {
-                 ctx->SetStatus(status);
-               } else if (static_cast<int>(rets->size()) != ctx->num_outputs()) {
-                 ctx->SetStatus(Invalid("tfjit cluster ", cluster_, ": fallback returned ",
-                                        rets->size(), " values for ", ctx->num_outputs(),
-                                        " outputs"));
-               } else {
-                 for (int o = 0; o < ctx->num_outputs(); ++o) ctx->set_output(o, (*rets)[o]);
-               }
-               delete rets;
-               done();
-             });
-  }
-
   static void RunStep(OpKernelContext* ctx, const TfjitStep& step, void** bufs) {
     const int64_t rows = step.rows;
     if (rows <= 0) return;
@@ -555,13 +493,10 @@ class TfjitLaunchOp : public AsyncOpKernel {
   }
 
   std::string cluster_;
-  NameAttrList fallback_;
+  std::unique_ptr<tfjit::FallbackRunner> fallback_;   // null: no fallback function
   bool has_fallback_ = false;
   std::vector<bool> is_constant_;   // per input: a constant argument (attr constant_args)
   std::atomic<int64_t> executions_{0};
-  absl::Mutex fallback_mu_;
-  std::unordered_map<FunctionLibraryRuntime*, FunctionLibraryRuntime::Handle> handles_
-      ABSL_GUARDED_BY(fallback_mu_);
   absl::Mutex last_mu_;
   absl::InlinedVector<int64_t, 16> last_signature_ ABSL_GUARDED_BY(last_mu_);
   const TfjitExecutable* last_exe_ ABSL_GUARDED_BY(last_mu_) = nullptr;
@@ -617,4 +552,9 @@ TFJIT_EXPORT void TfjitClearCache() {
 TFJIT_EXPORT void TfjitGetStats(int64_t* hits, int64_t* misses) {
   *hits = tensorflow::g_hits.load(std::memory_order_relaxed);
   *misses = tensorflow::g_misses.load(std::memory_order_relaxed);
+}
+
+TFJIT_EXPORT void TfjitGetUpdateStats(int64_t* in_place, int64_t* fresh) {
+  *in_place = tensorflow::tfjit::g_updates[0].load(std::memory_order_relaxed);
+  *fresh = tensorflow::tfjit::g_updates[1].load(std::memory_order_relaxed);
 }

@@ -1,5 +1,5 @@
 // Resource-variable inputs of a TfjitLaunch (see launch_op.cc's ABI notes).
-// Included by launch_op.cc only.
+// Included by launch_op.cc and launch_op_gpu.cc.
 #ifndef TFJIT_RUNTIME_VARIABLES_H_
 #define TFJIT_RUNTIME_VARIABLES_H_
 
@@ -87,12 +87,5 @@ class Variables {
 
 }  // namespace tfjit
 }  // namespace tensorflow
-
-// Defined here, not inline: this header is included by launch_op.cc alone.
-extern "C" __attribute__((visibility("default"))) void TfjitGetUpdateStats(
-    int64_t* in_place, int64_t* fresh) {
-  *in_place = tensorflow::tfjit::g_updates[0].load(std::memory_order_relaxed);
-  *fresh = tensorflow::tfjit::g_updates[1].load(std::memory_order_relaxed);
-}
 
 #endif  // TFJIT_RUNTIME_VARIABLES_H_

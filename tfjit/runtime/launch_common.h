@@ -1,0 +1,108 @@
+// What the CPU and GPU kernels of TfjitLaunch share (launch_op.cc,
+// launch_op_gpu.cc): error texts and the fallback to the node's original subgraph.
+#ifndef TFJIT_RUNTIME_LAUNCH_COMMON_H_
+#define TFJIT_RUNTIME_LAUNCH_COMMON_H_
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "tensorflow/core/framework/function.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "abi.h"
+
+namespace tensorflow {
+namespace tfjit {
+
+template <typename... Args>
+absl::Status Invalid(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+inline std::string TypeName(int32_t dtype) {
+  return DataTypeString(static_cast<DataType>(dtype));
+}
+
+// A kernel's message with each "{i}" replaced by status.detail[i].
+inline std::string ErrorText(const char* message, const TfjitStatus& status) {
+  std::string out;
+  for (const char* p = message; *p; ++p) {
+    if (p[0] == '{' && p[1] >= '0' && p[1] <= '6' && p[2] == '}') {
+      absl::StrAppend(&out, status.detail[p[1] - '0']);
+      p += 2;
+    } else {
+      out.push_back(*p);
+    }
+  }
+  return out;
+}
+
+inline void* Data(const Tensor& t) { return const_cast<char*>(t.tensor_data().data()); }
+
+// Runs a node's original subgraph (a function in the graph's library), as TF's
+// CallOp does; the instantiated handle is kept per library runtime.
+class FallbackRunner {
+ public:
+  explicit FallbackRunner(NameAttrList fn) : fn_(std::move(fn)) {}
+
+  void Run(OpKernelContext* ctx, const std::string& cluster, AsyncOpKernel::DoneCallback done) {
+    FunctionLibraryRuntime* lib = ctx->function_library();
+    OP_REQUIRES_ASYNC(ctx, lib != nullptr,
+                      absl::InternalError(absl::StrCat("tfjit cluster ", cluster,
+                                                       ": no function library for the fallback")),
+                      done);
+    FunctionLibraryRuntime::Handle handle;
+    {
+      absl::MutexLock l(&mu_);
+      auto it = handles_.find(lib);
+      if (it == handles_.end()) {
+        OP_REQUIRES_OK_ASYNC(ctx, lib->Instantiate(fn_.name(), AttrSlice(&fn_.attr()), &handle),
+                             done);
+        handles_.emplace(lib, handle);
+      } else {
+        handle = it->second;
+      }
+    }
+    FunctionLibraryRuntime::Options opts;
+    opts.rendezvous = ctx->rendezvous();
+    opts.cancellation_manager = ctx->cancellation_manager();
+    opts.step_container = ctx->step_container();
+    opts.stats_collector = ctx->stats_collector();
+    opts.runner = ctx->runner();
+    opts.run_all_kernels_inline = ctx->run_all_kernels_inline();
+    opts.collective_executor = ctx->collective_executor();
+    std::vector<Tensor> args;
+    args.reserve(ctx->num_inputs());
+    for (int i = 0; i < ctx->num_inputs(); ++i) args.push_back(ctx->input(i));
+    auto* rets = new std::vector<Tensor>;
+    lib->Run(opts, handle, args, rets,
+             [ctx, rets, cluster, done = std::move(done)](const absl::Status& status) {
+               if (!status.ok()) {
+                 ctx->SetStatus(status);
+               } else if (static_cast<int>(rets->size()) != ctx->num_outputs()) {
+                 ctx->SetStatus(Invalid("tfjit cluster ", cluster, ": fallback returned ",
+                                        rets->size(), " values for ", ctx->num_outputs(),
+                                        " outputs"));
+               } else {
+                 for (int o = 0; o < ctx->num_outputs(); ++o) ctx->set_output(o, (*rets)[o]);
+               }
+               delete rets;
+               done();
+             });
+  }
+
+ private:
+  const NameAttrList fn_;
+  absl::Mutex mu_;
+  std::unordered_map<FunctionLibraryRuntime*, FunctionLibraryRuntime::Handle> handles_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tfjit
+}  // namespace tensorflow
+
+#endif  // TFJIT_RUNTIME_LAUNCH_COMMON_H_
