@@ -538,7 +538,8 @@ def test_convert_rounding_corner_cases_match_tf():
 
 def test_argreduce_skips_nan_and_keeps_first_tie():
     x = np.array([[np.nan, 1, 3], [3, 1, 3], [np.nan] * 3, [-np.inf, np.nan, -np.inf], [1, np.nan, 5],
-                  [np.inf, np.nan, np.inf], [-0.0, 0.0, -0.0]], np.float32)
+                  [np.inf, np.nan, np.inf], [-0.0, 0.0, -0.0],
+                  [np.nan, -3.4028235e38, -3.4028235e38], [np.nan, 3.4028235e38, 2]], np.float32)
     for kind, tf_op in (("max", tf.math.argmax), ("min", tf.math.argmin)):
         for out in (dt.I32, dt.I64):
             got = run_ir(lambda m, p: m.argreduce(p, kind, out), x)

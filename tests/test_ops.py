@@ -631,7 +631,19 @@ def arg_cases() -> list:
             x[2, 1::2] = 0.0
             x[3, :] = np.nan
             x[4, :] = -np.inf
+            x[5, :] = np.finfo(NP_DTYPES[d]).min      # after a NaN: TF starts there, answers 0
+            x[5, 0] = np.nan
         cases.append(_case(op, d, "specials", bind(fn, op=op), x, _like(d, (1, 5))))
+    # every kernel shape codegen/argreduce.py makes (and tests/test_nvptx.py emits for the GPU)
+    for op, d in itertools.product(("ArgMax", "ArgMin"), ("f32", "i32", "f16")):
+        def layouts(x, z, w, op):
+            f = getattr(R, op)
+            return {"[3000,24] axis 0 (column, split)": f(input=x, dimension=0),
+                    "[3000,24] axis 1 (rows)": f(input=x, dimension=1),
+                    "[2,40000] axis 1 (row, split)": f(input=z, dimension=1),
+                    "[8,30,20] axis 1 (middle: column)": f(input=w, dimension=1)}
+        cases.append(_case(op, d, "layouts", bind(layouts, op=op), _like(d, (3000, 24)),
+                           _like(d, (2, 40000)), _like(d, (8, 30, 20))))
     return cases
 
 

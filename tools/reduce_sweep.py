@@ -2,6 +2,7 @@
 
     python tools/reduce_sweep.py                 # every row, 10 timed rounds each
     python tools/reduce_sweep.py --runs 20 --only tall-8192x2048
+    python tools/reduce_sweep.py --ops argmax --forms bare expr --axes 0 last
 
 Rows are the product of
 * shapes: tall (65536x64, 8192x2048), square (4096x4096), wide (64x65536), 3-D
@@ -60,23 +61,30 @@ def form(op: str, name: str, axis):
     return {"bare": (bare, 1), "expr": (expr, 1), "two-pass": (two_pass, 2)}[name]
 
 
-def rows(only=None):
+def rows(only=None, ops=None, forms=None, axes=None):
     for sname, shape in SHAPES.items():
         if only and sname not in only:
             continue
         for aname, axis in axes_of(shape).items():
+            if axes and aname not in axes:
+                continue
             for op in OPS:
-                if op == "argmax" and axis is None:
+                if (op == "argmax" and axis is None) or (ops and op not in ops):
                     continue          # tf.argmax takes one axis
                 for fname in ("bare", "expr", "two-pass"):
-                    yield sname, shape, aname, axis, op, fname, tf.float32
-            yield sname, shape, aname, axis, "sum", "bare", tf.bfloat16
+                    if not forms or fname in forms:
+                        yield sname, shape, aname, axis, op, fname, tf.float32
+            if (not ops or "sum" in ops) and (not forms or "bare" in forms):
+                yield sname, shape, aname, axis, "sum", "bare", tf.bfloat16
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--only", nargs="*", help="shape names: " + ", ".join(SHAPES))
+    ap.add_argument("--ops", nargs="*", help="ops: " + ", ".join(OPS))
+    ap.add_argument("--forms", nargs="*", help="forms: bare, expr, two-pass")
+    ap.add_argument("--axes", nargs="*", help="axes: 0, last, all, middle")
     args = ap.parse_args(argv)
     bw = read_bandwidth_gbs()
     print(f"machine: {os.cpu_count()} cores, measured read bandwidth {bw:.1f} GB/s; "
@@ -86,7 +94,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     worst = []
-    for sname, shape, aname, axis, op, fname, dtype in rows(args.only):
+    for sname, shape, aname, axis, op, fname, dtype in rows(args.only, args.ops, args.forms, args.axes):
         x = tf.cast(tf.constant(rng.standard_normal(shape).astype(np.float32)), dtype)
         fn, passes = form(op, fname, axis)
         variants = {"graph": tf.function(fn), "xla": tf.function(fn, jit_compile=True),

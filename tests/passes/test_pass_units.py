@@ -156,13 +156,21 @@ def test_flatten_reductions_reads_a_buffer_reduced_over_several_dims_as_one():
   %reduce.1 = f32[4] reduce(%p0), kind=sum, ndims=2
   %exp.2 = f32[4,6,8] exp(%p0)
   %reduce.3 = f32[] reduce(%exp.2), kind=max, ndims=3
-  ROOT (%reduce.1, %reduce.3)
+  %abs.4 = f32[4,6,8] abs(%p0)
+  %reduce.5 = f32[4] reduce(%abs.4), kind=sum, ndims=2
+  ROOT (%reduce.1, %reduce.3, %reduce.5, %abs.4)
 }
 """)
     assert FlattenReductions().run(m) is True
     verify.module(m, "flatten-reductions")
-    direct, of_expr = m.outputs
+    direct, of_expr, shared, _ = m.outputs
     assert direct.attrs["ndims"] == 1 and direct.operands[0].op is Op.RESHAPE
     assert direct.operands[0].shape == (4, 48) and direct.operands[0].operands[0] is m.params[0]
-    assert of_expr.attrs["ndims"] == 3 and of_expr.operands[0].op is Op.EXP   # an expression: kept
+    # an expression only the reduction reads: rebuilt over a reshape of its leaf
+    flat_exp = of_expr.operands[0]
+    assert of_expr.attrs["ndims"] == 1 and flat_exp.op is Op.EXP and flat_exp.shape == (192,)
+    assert flat_exp.operands[0].op is Op.RESHAPE and flat_exp.operands[0].operands[0] is m.params[0]
+    assert not any(i.op is Op.EXP and i.shape == (4, 6, 8) for i in m.instrs)   # the old one is gone
+    # an expression that is also an output: kept (rebuilding it would compute it twice)
+    assert shared.attrs["ndims"] == 2 and shared.operands[0].op is Op.ABS
     assert FlattenReductions().run(m) is False

@@ -26,10 +26,11 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen import gather
+from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
                                       no_vectorize, storage_type, value_type)
-from tfjit.codegen.reduction import ReductionRows, reduce_identity
+from tfjit.codegen.reduction import ReductionRows
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
@@ -71,7 +72,7 @@ def _index_key(v):
     return id(v)
 
 
-class KernelEmitter(ReductionRows):
+class KernelEmitter(ReductionRows, ArgReductionRows):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
                  messages: list | None = None, gpu: bool = False):
         self.module = module
@@ -98,17 +99,20 @@ class KernelEmitter(ReductionRows):
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * max(len(f.instrs), 1)
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
+        arg = f.roots[0].op is Op.ARGREDUCE       # (value, index) pairs: codegen/argreduce.py
+        column = self._arg_column_row if arg else self._column_row
+        combine = self._arg_combine_row if arg else self._combine_row
         if f.column and f.split == 1:
-            return [(self._function(self.name, self._column_row), f.rows, reduced * f.column_block)]
+            return [(self._function(self.name, column), f.rows, reduced * f.column_block)]
         if f.column:
-            phase1 = self._function(self.name + ".partial", self._column_row)
-            phase2 = self._function(self.name + ".combine", self._combine_row)
+            phase1 = self._function(self.name + ".partial", column)
+            phase2 = self._function(self.name + ".combine", combine)
             return [(phase1, f.rows, reduced // f.split * f.column_block),
                     (phase2, f.roots[0].size, f.split)]
         if f.split == 1:
             return [(self._function(self.name, self._reduce_row), f.rows, reduced * max(len(f.instrs), 1))]
-        phase1 = self._function(self.name + ".partial", self._partial_row)
-        phase2 = self._function(self.name + ".combine", self._combine_row)
+        phase1 = self._function(self.name + ".partial", self._arg_partial_row if arg else self._partial_row)
+        phase2 = self._function(self.name + ".combine", combine)
         return [(phase1, f.rows, max(reduced // f.split, 1) * len(f.instrs)), (phase2, f.roots[0].size, f.split)]
 
     def _function(self, symbol: str, row_body) -> str:
@@ -142,8 +146,8 @@ class KernelEmitter(ReductionRows):
         # A row of a row reduction reads contiguous memory along its reduced dims: with
         # few of them (65536 rows of 64), LLVM unrolled the row fully and vectorised
         # across rows instead, with gathers (2.6x slower than the vectorised row).
-        across = no_vectorize(self.module) if row_body in (self._reduce_row, self._partial_row) \
-            else None
+        across = no_vectorize(self.module) if row_body in (
+            self._reduce_row, self._partial_row, self._arg_partial_row) else None
         with for_range(b, inner.args[-2], inner.args[-1], "row", across) as row:
             self.scopes = [{}]
             row_body(row)
@@ -363,24 +367,6 @@ class KernelEmitter(ReductionRows):
             result = v if result is None else b.select(b.icmp_signed(">=", pos, i64(offset)), v, result)
             offset += n
         return result
-
-    def _argreduce(self, i: Instr, idx):
-        b = self.b
-        x = i.operands[0]
-        t = value_type(x.dtype)
-        best = self._alloca(t, const(x.dtype, reduce_identity(i.attrs["kind"], x.dtype)))
-        where = self._alloca(I64, i64(0))
-        with for_range(b, 0, x.shape[-1], "a") as j, self._scope():
-            v = self.value(x, idx + (j,))
-            cur = b.load(best, typ=t)
-            pred = ">" if i.attrs["kind"] == "max" else "<"
-            if x.dtype.is_float:
-                better = b.fcmp_ordered(pred, v, cur)
-            else:
-                better = b.icmp_signed(pred, v, cur) if x.dtype.is_signed else b.icmp_unsigned(pred, v, cur)
-            b.store(b.select(better, v, cur), best)
-            b.store(b.select(better, j, b.load(where, typ=I64)), where)
-        return self.elemental.convert(b.load(where, typ=I64), dt.I64, i.dtype)
 
     # -- memory ------------------------------------------------------------------------
     def _load(self, slot: int, i: Instr, idx):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from tfjit import dtypes as dt
@@ -268,11 +269,16 @@ def _reduce(instr, vals):
 
 
 def _argreduce(instr, vals):
-    """TF's rule: the best starts at -inf/+inf with index 0 and only a strictly
-    better element replaces it, so NaN never wins and ties keep the first."""
+    """TF's rule: the best starts at the lowest (highest) finite value with index 0 and
+    only a strictly better element replaces it, so NaN, -inf and the lowest value
+    itself never win and ties keep the first: NaN and what lies beyond the start
+    value become the start value, which then wins only where nothing beats it (at 0)."""
     x, is_max = _flush(vals[0]), instr.attrs["kind"] == "max"
-    if x.dtype.kind == "f":
-        x = np.where(np.isnan(x), x.dtype.type(-np.inf if is_max else np.inf), x)
+    if instr.operands[0].dtype.is_float:
+        info = ml_dtypes.finfo(x.dtype)
+        start = x.dtype.type(info.min if is_max else info.max)
+        beyond = (x < start) if is_max else (x > start)
+        x = np.where(np.isnan(x) | beyond, start, x)
     return (np.argmax if is_max else np.argmin)(x, axis=-1).astype(instr.dtype.numpy())
 
 

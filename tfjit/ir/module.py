@@ -339,7 +339,9 @@ class Module:
                                {"full_matrices": int(bool(full_matrices))}))
 
     def argreduce(self, x: Instr, kind: str, dtype: dt.DType) -> Instr:
-        """Index of the first max/min along the last dimension (NaN never wins, as TF)."""
+        """Index of the first max/min along the last dimension, as TF's kernel: from index 0
+        and the dtype's lowest (highest) finite value, only a strictly better element
+        wins, so NaN never does and a line of NaN, -inf or that value gives 0."""
         if kind not in ("max", "min") or x.rank == 0 or x.shape[-1] == 0:
             raise IRError(f"argreduce kind={kind} needs a non-empty last dimension")
         return self._add(Instr(Op.ARGREDUCE, dtype, x.shape[:-1], (x,), {"kind": kind}))

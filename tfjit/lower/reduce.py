@@ -95,8 +95,9 @@ def _argreduce(kind: str):
     return rule
 
 
-register("ArgMax", dtypes=ALL, half_in_f32=True, const_inputs=(1,))(_argreduce("max"))
-register("ArgMin", dtypes=ALL, half_in_f32=True, const_inputs=(1,))(_argreduce("min"))
+# Halves stay halves (compared in f32 registers): TF's start value is their own lowest.
+register("ArgMax", dtypes=ALL, const_inputs=(1,))(_argreduce("max"))
+register("ArgMin", dtypes=ALL, const_inputs=(1,))(_argreduce("min"))
 
 
 def _shifted_logits(m, x):

@@ -49,6 +49,12 @@ from tfjit.passes.fusion import topk_merges
 from tfjit.runtime import abi
 
 
+def arg_scratch_bytes(root: Instr, split: int) -> int:
+    """A split argreduce's scratch: every partial's best value (8 bytes at most), then
+    every partial's index (i64), output by output, chunk by chunk."""
+    return root.size * split * 16
+
+
 @dataclasses.dataclass
 class LoopPlan:
     """What a while's driver does besides running its condition and body."""
@@ -168,7 +174,9 @@ class _Assigner:
                 for r in f.roots:
                     if r not in self.slots:
                         self.slots[r] = [self.temp(nbytes(r))]
-                if f.split > 1:
+                if f.split > 1 and f.roots[0].op is Op.ARGREDUCE:
+                    self.plan.scratch[f] = self.temp(arg_scratch_bytes(f.roots[0], f.split))
+                elif f.split > 1:
                     r = f.roots[0]
                     self.plan.scratch[f] = self.temp(r.size * f.split * max(r.dtype.itemsize, 1)
                                                      * len(f.roots))

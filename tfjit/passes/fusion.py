@@ -491,11 +491,14 @@ def _contiguous_along_output(f: Fusion) -> bool:
                                 for idxs in reads_.values() for idx in idxs)
 
 
+REDUCTIONS = (Op.REDUCE, Op.ARGREDUCE)    # the roots of column and split kernels
+
+
 def _column_candidate(f: Fusion) -> bool:
     """Can this reduction kernel iterate with the last output dim innermost (before any
     reduction is hoisted into it)?"""
     root = f.roots[0]
-    return f.kind == KernelKind.REDUCE and root.op is Op.REDUCE and bool(f.outer) \
+    return f.kind == KernelKind.REDUCE and root.op in REDUCTIONS and bool(f.outer) \
         and root.shape[-1] >= 16 and _contiguous_along_output(f)
 
 
@@ -526,7 +529,7 @@ def _choose_iteration(f: Fusion) -> None:
                        "outputs at a time)")
         _split_columns(f)
         return
-    if root.op is Op.REDUCE and root.size <= SPLIT_MAX_OUTPUTS and not f.hoisted:
+    if root.op in REDUCTIONS and root.size <= SPLIT_MAX_OUTPUTS and not f.hoisted:
         reduced = f.shape[f.outer:]
         total = math.prod(reduced)
         if total >= SPLIT_MIN_ELEMENTS:
