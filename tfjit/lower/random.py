@@ -174,6 +174,11 @@ def uniform_int(m: Module, key: Instr, counter: Instr, n: int, dtype: dt.DType, 
 
 # -- the TF ops -------------------------------------------------------------------------
 
+def _shape_alg(node, value_of) -> tuple:
+    """The compile-time inputs: the shape, and a V2 op's alg (after its key and counter)."""
+    return (0, 3) if node.op.endswith("V2") else (0,)
+
+
 def _shape(ctx) -> tuple:
     shape = tuple(ctx.const_ints(0, f"{ctx.node.op}'s shape"))
     if any(d < 0 for d in shape):
@@ -214,7 +219,8 @@ _FLOAT_OPS = {"StatelessRandomUniform": "Uniform", "StatelessRandomNormal": "Nor
               "StatelessTruncatedNormal": "TruncatedNormal"}
 
 
-@register(*_FLOAT_OPS, *(f"{op}V2" for op in _FLOAT_OPS), dtypes=FLOATS, type_attr="dtype")
+@register(*_FLOAT_OPS, *(f"{op}V2" for op in _FLOAT_OPS), dtypes=FLOATS, type_attr="dtype",
+          const_inputs=_shape_alg)
 def _float_random(ctx):
     v2 = ctx.node.op.endswith("V2")
     draw = _FLOAT_DRAWS[_FLOAT_OPS[ctx.node.op[:-2] if v2 else ctx.node.op]]
@@ -223,13 +229,14 @@ def _float_random(ctx):
 
 
 @register("StatelessRandomUniformFullInt", "StatelessRandomUniformFullIntV2", dtypes=FULL_INT_DTYPES,
-          type_attr="dtype")
+          type_attr="dtype", const_inputs=_shape_alg)
 def _full_int(ctx):
     key, counter = _key_counter_inputs(ctx, 1) if ctx.node.op.endswith("V2") else _seed_key_counter(ctx)
     return _fill(ctx, _shape(ctx), key, counter, uniform_full_int)
 
 
-@register("StatelessRandomUniformInt", "StatelessRandomUniformIntV2", dtypes=INT_DTYPES, type_attr="dtype")
+@register("StatelessRandomUniformInt", "StatelessRandomUniformIntV2", dtypes=INT_DTYPES, type_attr="dtype",
+          const_inputs=_shape_alg)
 def _uniform_int(ctx):
     v2 = ctx.node.op.endswith("V2")
     key, counter = _key_counter_inputs(ctx, 1) if v2 else _seed_key_counter(ctx)
