@@ -101,7 +101,23 @@ def _tensor_array(x, n):
     return tf.TensorArray(tf.float32, size=n, element_shape=[6]).write(1, x[0] * 2.0).stack()
 
 
-# The ops that read operands at compile time beyond the basic ones.
+def _cond(x, a):
+    return tf.cond(tf.reduce_sum(x) > 0, lambda: tf.reduce_sum(x * 2.0, a),
+                   lambda: tf.reduce_max(x + 1.0, a))
+
+
+def _while(x, a):
+    """``a`` is a loop invariant (the body passes it on): sunk into the body."""
+    init = tf.zeros_like(tf.reduce_sum(x, a))
+    return tf.while_loop(lambda i, acc: i < 3,
+                         lambda i, acc: (i + 1, acc + tf.reduce_sum(x * tf.cast(i, tf.float32), a)),
+                         (0, init))[1]
+
+
+_reshape = tf.function(lambda y, s: tf.reshape(y + 1.0, s))
+
+
+# The ops that read operands at compile time beyond the basic ones, and control flow.
 CASES += [
     Case("ConcatOffset concat_dim/shape", lambda x, a, s: R.ConcatOffset(concat_dim=a, shape=[tf.shape(x), s]),
          X2, ((i32(0), i32(3, 6)), (i32(1), i32(4, 2)))),
@@ -154,6 +170,9 @@ CASES += [
     Case("StatelessRandomUniformInt shape", lambda x, s: R.StatelessRandomUniformInt(
         shape=s, seed=[3, 4], minval=-5, maxval=9), X2, ((i32(3, 2),), (i32(1, 7),))),
     Case("TensorListReserve num_elements", _tensor_array, X2, ((i32(2),), (i32(4),))),
+    Case("If branch operand", _cond, X2, ((i32(0),), (i32(1),))),
+    Case("While loop invariant", _while, X2, ((i32(0),), (i32(1),))),
+    Case("function call operand", lambda x, s: _reshape(x * 2.0, s), X2, ((i32(6, 4),), (i32(3, 8),))),
 ]
 
 
@@ -201,6 +220,18 @@ def test_a_run_time_index_of_a_strided_slice_is_not_a_constant_argument(tfjit):
     assert SERVICE.compile_counts[entry.spec.key] == 1
 
 
+def test_a_loop_variable_the_body_changes_is_not_a_constant_argument(tfjit):
+    """Only a loop invariant can be sunk into a body as a constant (XLA's rule too): an
+    axis the body changes stays refused, with the lowering's reason and the body."""
+    def fn(x, a):
+        return tf.while_loop(lambda i, a, acc: i < 3,
+                             lambda i, a, acc: (i + 1, 1 - a, acc + tf.reduce_sum(tf.reduce_sum(x, a))),
+                             (0, a, 0.0))[2]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"reduction axes \(input 1\) must be a compile-time constant; in while_body"):
+        tfjit.function(fn)(tf.constant(X2), tf.constant(0))
+
+
 BAD_VALUES = [
     ("ConcatOffset", lambda x, s: R.ConcatOffset(concat_dim=0, shape=[tf.shape(x), s]), i32(3, 5),
      "input 1 with shape \\[3, 5\\] doesn't match input 0"),
@@ -241,7 +272,7 @@ def auto_function(flags):
 
 AUTO_CASES = [c for c in CASES if c.name in ("Sum axes", "StridedSlice begin/end/strides",
                                               "MirrorPad REFLECT", "SplitV sizes/axis",
-                                              "ResizeBilinear size")]
+                                              "ResizeBilinear size", "If branch operand")]
 
 
 @pytest.mark.parametrize("case", AUTO_CASES, ids=[c.name for c in AUTO_CASES])
