@@ -127,6 +127,8 @@ CASES += [
     Case("BroadcastGradientArgs s1", _broadcast_gradient_args, X2, ((i32(1, 6),), (i32(4, 1),))),
     Case("DynamicStitch indices", lambda x, i, j: tf.dynamic_stitch([i, j], [x[:2] * 2.0, x[2:] + 1.0]),
          X2, ((i32(0, 2), i32(1, 3)), (i32(2, 0), i32(0, 4)))),     # later wins; row 3 is 0
+    Case("DynamicStitch data as a shape", lambda x, n: tf.reshape(
+        x * 2.0, tf.dynamic_stitch([[1], [0]], [tf.reshape(n, [1]), [-1]])), X2, ((i32(2),), (i32(3),))),
     Case("MaxPoolV2 ksize/strides", lambda x, k, s: R.MaxPoolV2(input=x * 2.0, ksize=k, strides=s,
                                                                padding="SAME"),
          X4, ((i32(1, 2, 2, 1), i32(1, 2, 2, 1)), (i32(1, 3, 2, 1), i32(1, 1, 2, 1)))),
