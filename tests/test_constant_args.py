@@ -27,6 +27,14 @@ from tfjit.graph import auto
 RNG = np.random.default_rng(16)
 X2 = RNG.standard_normal((4, 6)).astype(np.float32)
 X3 = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+X4 = RNG.standard_normal((1, 5, 6, 2)).astype(np.float32)       # NHWC images
+W = RNG.standard_normal((3, 3, 2, 3)).astype(np.float32)        # a Conv2D filter
+G = RNG.standard_normal((1, 3, 3, 3)).astype(np.float32)        # its output's gradient
+WD = RNG.standard_normal((3, 3, 2, 2)).astype(np.float32)       # a depthwise filter
+GD = RNG.standard_normal((1, 3, 3, 4)).astype(np.float32)       # its output's gradient
+R = tf.raw_ops
+S2 = [1, 2, 2, 1]
+KEY, COUNTER = np.array([7], np.uint64), np.array([3, 0], np.uint64)
 
 
 def i32(*v):
@@ -39,6 +47,7 @@ class Case:
     fn: object          # fn(x, *constants)
     x: np.ndarray
     values: tuple       # two tuples of constant arguments (same shapes: one trace)
+    oracle: str = "tf"      # "xla": TF's XLA (tf.function(jit_compile=True)) where TF has no kernel
 
 
 CASES = [
@@ -77,6 +86,98 @@ CASES = [
 ]
 
 
+def _broadcast_gradient_args(x, s):
+    r0, r1 = R.BroadcastGradientArgs(s0=tf.shape(x), s1=s)
+    return r0, r1, tf.reduce_sum(x * 2.0, r1)
+
+
+def _max_pool_grad_v2(x, k, s):
+    y = R.MaxPoolV2(input=x, ksize=k, strides=s, padding="VALID")
+    return R.MaxPoolGradV2(orig_input=x, orig_output=y, grad=y * 0.5 + 1.0, ksize=k, strides=s,
+                           padding="VALID")
+
+
+def _tensor_array(x, n):
+    return tf.TensorArray(tf.float32, size=n, element_shape=[6]).write(1, x[0] * 2.0).stack()
+
+
+def _cond(x, a):
+    return tf.cond(tf.reduce_sum(x) > 0, lambda: tf.reduce_sum(x * 2.0, a),
+                   lambda: tf.reduce_max(x + 1.0, a))
+
+
+def _while(x, a):
+    """``a`` is a loop invariant (the body passes it on): sunk into the body."""
+    init = tf.zeros_like(tf.reduce_sum(x, a))
+    return tf.while_loop(lambda i, acc: i < 3,
+                         lambda i, acc: (i + 1, acc + tf.reduce_sum(x * tf.cast(i, tf.float32), a)),
+                         (0, init))[1]
+
+
+_reshape = tf.function(lambda y, s: tf.reshape(y + 1.0, s))
+
+
+# The ops that read operands at compile time beyond the basic ones, and control flow.
+CASES += [
+    Case("ConcatOffset concat_dim/shape", lambda x, a, s: R.ConcatOffset(concat_dim=a, shape=[tf.shape(x), s]),
+         X2, ((i32(0), i32(3, 6)), (i32(1), i32(4, 2)))),
+    Case("InvertPermutation", lambda x, p: (tf.math.invert_permutation(p),
+                                            tf.transpose(x * 2.0, tf.math.invert_permutation(p))),
+         X3, ((i32(2, 0, 1),), (i32(1, 2, 0),))),
+    Case("BroadcastGradientArgs s1", _broadcast_gradient_args, X2, ((i32(1, 6),), (i32(4, 1),))),
+    Case("DynamicStitch indices", lambda x, i, j: tf.dynamic_stitch([i, j], [x[:2] * 2.0, x[2:] + 1.0]),
+         X2, ((i32(0, 2), i32(1, 3)), (i32(2, 0), i32(0, 4)))),     # later wins; row 3 is 0
+    Case("DynamicStitch data as a shape", lambda x, n: tf.reshape(
+        x * 2.0, tf.dynamic_stitch([[1], [0]], [tf.reshape(n, [1]), [-1]])), X2, ((i32(2),), (i32(3),))),
+    Case("MaxPoolV2 ksize/strides", lambda x, k, s: R.MaxPoolV2(input=x * 2.0, ksize=k, strides=s,
+                                                               padding="SAME"),
+         X4, ((i32(1, 2, 2, 1), i32(1, 2, 2, 1)), (i32(1, 3, 2, 1), i32(1, 1, 2, 1)))),
+    Case("MaxPoolGradV2 ksize/strides", _max_pool_grad_v2, X4,
+         ((i32(1, 2, 2, 1), i32(1, 2, 2, 1)), (i32(1, 3, 2, 1), i32(1, 1, 3, 1)))),
+    Case("AvgPoolGrad orig_input_shape", lambda x, s: R.AvgPoolGrad(
+        orig_input_shape=s, grad=x[:, :2, :3] * 2.0, ksize=S2, strides=S2, padding="VALID"),
+         X4, ((i32(1, 4, 6, 2),), (i32(1, 5, 7, 2),))),
+    Case("Conv2DBackpropInput input_sizes", lambda x, s: R.Conv2DBackpropInput(
+        input_sizes=s, filter=W, out_backprop=x * 2.0, strides=S2, padding="SAME"),
+         G, ((i32(1, 6, 6, 2),), (i32(1, 5, 5, 2),))),
+    Case("Conv2DBackpropFilter filter_sizes", lambda x, s: R.Conv2DBackpropFilter(
+        input=x * 2.0, filter_sizes=s, out_backprop=G, strides=S2, padding="SAME"),
+         X4, ((i32(3, 3, 2, 3),), (i32(2, 1, 2, 3),))),
+    Case("DepthwiseBackpropInput input_sizes", lambda x, s: R.DepthwiseConv2dNativeBackpropInput(
+        input_sizes=s, filter=WD, out_backprop=x * 2.0, strides=S2, padding="SAME"),
+         GD, ((i32(1, 6, 6, 2),), (i32(1, 5, 5, 2),))),
+    Case("DepthwiseBackpropFilter filter_sizes", lambda x, s: R.DepthwiseConv2dNativeBackpropFilter(
+        input=x * 2.0, filter_sizes=s, out_backprop=GD, strides=S2, padding="SAME"),
+         X4, ((i32(3, 3, 2, 2),), (i32(2, 1, 2, 2),))),
+    Case("ResizeNearestNeighbor size", lambda x, s: R.ResizeNearestNeighbor(images=x * 2.0, size=s),
+         X4, ((i32(7, 3),), (i32(2, 8),))),
+    Case("ResizeNearestNeighborGrad size", lambda x, s: R.ResizeNearestNeighborGrad(grads=x * 2.0, size=s),
+         X4, ((i32(3, 4),), (i32(8, 9),))),
+    Case("ResizeBilinear size", lambda x, s: R.ResizeBilinear(images=x * 2.0, size=s,
+                                                             half_pixel_centers=True),
+         X4, ((i32(7, 3),), (i32(3, 9),))),
+    Case("ScatterNd shape", lambda x, s: tf.scatter_nd([[1], [3]], x[:2] * 2.0, s), X2,
+         ((i32(4, 6),), (i32(5, 6),))),
+    Case("UnsortedSegmentMax num_segments", lambda x, n: tf.math.unsorted_segment_max(
+        x * 2.0, [0, 2, 0, 1], n), X2, ((i32(3),), (i32(5),))),     # 3, 4 empty: lowest
+    Case("SegmentSumV2 num_segments", lambda x, n: R.SegmentSumV2(
+        data=x * 2.0, segment_ids=[0, 0, 1, 3], num_segments=n), X2, ((i32(4),), (i32(2),)),
+         oracle="xla"),     # TF has no CPU kernel for it; ids past num_segments are dropped
+    Case("CumulativeLogsumexp axis", lambda x, a: tf.math.cumulative_logsumexp(x * 2.0, a), X2,
+         ((i32(0),), (i32(1),))),
+    Case("StatelessRandomUniformV2 shape", lambda x, s: tf.random.stateless_uniform(s, [1, 2]) + x[0, 0],
+         X2, ((i32(2, 3),), (i32(4, 1),))),
+    Case("StatelessRandomNormalV2 shape/alg", lambda x, s, alg: R.StatelessRandomNormalV2(
+        shape=s, key=KEY, counter=COUNTER, alg=alg), X2, ((i32(2, 3), i32(1)), (i32(3, 5), i32(3)))),
+    Case("StatelessRandomUniformInt shape", lambda x, s: R.StatelessRandomUniformInt(
+        shape=s, seed=[3, 4], minval=-5, maxval=9), X2, ((i32(3, 2),), (i32(1, 7),))),
+    Case("TensorListReserve num_elements", _tensor_array, X2, ((i32(2),), (i32(4),))),
+    Case("If branch operand", _cond, X2, ((i32(0),), (i32(1),))),
+    Case("While loop invariant", _while, X2, ((i32(0),), (i32(1),))),
+    Case("function call operand", lambda x, s: _reshape(x * 2.0, s), X2, ((i32(6, 4),), (i32(3, 8),))),
+]
+
+
 def compare(got, want, what):
     got, want = tf.nest.flatten(got), tf.nest.flatten(want)
     assert len(got) == len(want), what
@@ -99,7 +200,7 @@ def flags():
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_must_compile_compiles_once_per_value(tfjit, case):
-    f, ref = tfjit.function(case.fn), tf.function(case.fn)
+    f, ref = tfjit.function(case.fn), tf.function(case.fn, jit_compile=case.oracle == "xla")
     x = tf.constant(case.x)
     for values in case.values + case.values[:1]:        # the first value again: no compile
         consts = [tf.constant(v) for v in values]
@@ -119,6 +220,37 @@ def test_a_run_time_index_of_a_strided_slice_is_not_a_constant_argument(tfjit):
     entry = only_entry(f)
     assert entry.spec.constant_args == ()
     assert SERVICE.compile_counts[entry.spec.key] == 1
+
+
+def test_a_loop_variable_the_body_changes_is_not_a_constant_argument(tfjit):
+    """Only a loop invariant can be sunk into a body as a constant (XLA's rule too): an
+    axis the body changes stays refused, with the lowering's reason and the body."""
+    def fn(x, a):
+        return tf.while_loop(lambda i, a, acc: i < 3,
+                             lambda i, a, acc: (i + 1, 1 - a, acc + tf.reduce_sum(tf.reduce_sum(x, a))),
+                             (0, a, 0.0))[2]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"reduction axes \(input 1\) must be a compile-time constant; in while_body"):
+        tfjit.function(fn)(tf.constant(X2), tf.constant(0))
+
+
+BAD_VALUES = [
+    ("ConcatOffset", lambda x, s: R.ConcatOffset(concat_dim=0, shape=[tf.shape(x), s]), i32(3, 5),
+     "input 1 with shape \\[3, 5\\] doesn't match input 0"),
+    ("DynamicStitch", lambda x, i: tf.dynamic_stitch([i], [x[:2] * 2.0]), i32(0, -1),
+     "indices\\[0\\] holds -1, which is out of range"),
+    ("InvertPermutation", lambda x, p: tf.transpose(x, tf.math.invert_permutation(p)), i32(1, 1, 0),
+     "is not a permutation"),
+]
+
+
+@pytest.mark.parametrize("op, fn, value, words", BAD_VALUES, ids=[b[0] for b in BAD_VALUES])
+def test_a_bad_constant_argument_value_is_an_error_naming_the_op(tfjit, op, fn, value, words):
+    x = tf.constant(X3 if op == "InvertPermutation" else X2)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.function(fn)(x, tf.constant(value))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{op} \\(.*{words}"):
+        tfjit.function(fn)(x, tf.constant(value))
 
 
 def test_must_compile_past_the_bound_is_a_clear_error(tfjit, flags):
@@ -141,7 +273,8 @@ def auto_function(flags):
 
 
 AUTO_CASES = [c for c in CASES if c.name in ("Sum axes", "StridedSlice begin/end/strides",
-                                              "MirrorPad REFLECT", "SplitV sizes/axis")]
+                                              "MirrorPad REFLECT", "SplitV sizes/axis",
+                                              "ResizeBilinear size", "If branch operand")]
 
 
 @pytest.mark.parametrize("case", AUTO_CASES, ids=[c.name for c in AUTO_CASES])

@@ -105,6 +105,31 @@ def function_graph(fdef, library: dict) -> Graph:
     return Graph(gd)
 
 
+# Ops that forward their input unchanged (what a loop body wraps a passed-through value in).
+_FORWARDING = frozenset({"Identity", "Snapshot", "StopGradient", "PreventGradient"})
+
+
+def passes_through(graph: Graph, k: int) -> bool:
+    """Whether function ``graph`` (``function_graph``'s form) returns its input ``k`` as its
+    output ``k`` unchanged, through identities only: a While body's loop-invariant value
+    (XLA's IsLoopInvariant)."""
+    ret = graph.nodes.get(f"{RET_PREFIX}{k}")
+    if ret is None or not ret.inputs:
+        return False
+    src = ret.inputs[0]
+    for _ in range(len(graph.nodes)):
+        node = graph.nodes.get(src[0])
+        if node is None:
+            return False
+        if node.op in _FORWARDING and node.inputs:
+            src = node.inputs[0]
+        elif node.op == "IdentityN" and src[1] < len(node.inputs):
+            src = node.inputs[src[1]]
+        else:
+            break
+    return src == (f"{ARG_PREFIX}{k}", 0)
+
+
 def validate(fname: str, graph: Graph, library: dict) -> None:
     """Raises ValueError, in TensorFlow's words, where TF would refuse function ``fname``
     (its body as ``function_graph`` made it): an op it does not know, an attr that is

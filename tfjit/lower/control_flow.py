@@ -12,7 +12,9 @@ while_op.cc / if_op.cc):
   body passes through unchanged are loop invariant: the loop's result is the
   initial value, and a constant one is sunk into the condition and body as a
   constant (so a shape or an axis that a loop carries stays a compile-time
-  constant, as XLA's constant sinking does).
+  constant, as XLA's constant sinking does).  Those the body's graph returns
+  through identities are sunk from the first lowering on, so a body that needs
+  one as a constant (graph/const_args.py made it a constant argument) lowers.
 * An If/Case runs only its taken branch; a constant predicate or index inlines
   that branch.  All branches must produce the same dtypes and shapes.
 * Resource variables may be read in a body or branch (they read the value the
@@ -26,6 +28,7 @@ while_op.cc / if_op.cc):
 from __future__ import annotations
 
 from tfjit import dtypes as dt
+from tfjit.graph.functions import passes_through
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import ALL, Unsupported, register
@@ -95,7 +98,7 @@ class _Call:
 @register("While", "StatelessWhile", dtypes=ALL, opaque_types=_OPAQUE)
 def _while(ctx):
     args, cond_fn, body_fn = list(ctx.inputs), ctx.attr("cond"), ctx.attr("body")
-    sink: set = set()
+    sink = _invariant_constants(ctx.functions.graph(body_fn), args)
     name = ctx.functions.computation_name
     body_name, cond_name = name(f"{ctx.node.name}.body"), name(f"{ctx.node.name}.cond")
     unknown = [k for k, a in enumerate(args) if isinstance(a, TensorList) and a.items is None]
@@ -157,6 +160,18 @@ def _while(ctx):
     for a in args:
         n = len(_parts(a))
         out.append(a if isinstance(a, Variable) else _rebuild(a, results[pos:pos + n]))
+        pos += n
+    return out
+
+
+def _invariant_constants(body, args: list) -> set:
+    """The flat parts of the constant tensor loop variables that ``body`` returns
+    unchanged (its graph says so: functions.passes_through)."""
+    out, pos = set(), 0
+    for k, a in enumerate(args):
+        n = len(_parts(a))
+        if isinstance(a, Instr) and a.op is Op.CONSTANT and passes_through(body, k):
+            out.add(pos)
         pos += n
     return out
 

@@ -211,7 +211,7 @@ def _backprop(ctx, op: Op, a: Instr, g: Instr, shape: tuple, strides: tuple, pad
                           f"{list(shape)}: the sizes disagree") from None
 
 
-@register("Conv2DBackpropInput", dtypes=_DTYPES, half_in_f32=True)
+@register("Conv2DBackpropInput", dtypes=_DTYPES, half_in_f32=True, const_inputs=(0,))
 def _conv2d_backprop_input(ctx):
     _check_format(ctx)
     m = ctx.m
@@ -236,7 +236,7 @@ def _conv2d_backprop_input(ctx):
     return dx
 
 
-@register("Conv2DBackpropFilter", dtypes=_DTYPES, half_in_f32=True)
+@register("Conv2DBackpropFilter", dtypes=_DTYPES, half_in_f32=True, const_inputs=(1,))
 def _conv2d_backprop_filter(ctx):
     _check_format(ctx)
     m = ctx.m
@@ -304,7 +304,8 @@ def _depthwise_conv(ctx, x: Instr, f: Instr) -> Instr:
     return m.reshape(total, (n, ho, wo, c * mult))
 
 
-@register("DepthwiseConv2dNativeBackpropInput", dtypes=_DTYPES, half_in_f32=True)
+@register("DepthwiseConv2dNativeBackpropInput", dtypes=_DTYPES, half_in_f32=True,
+          const_inputs=(0,))
 def _depthwise_backprop_input(ctx):
     return _depthwise_grad_input(ctx, _sizes(ctx, 0, "input_sizes"), ctx.inputs[1], ctx.inputs[2])
 
@@ -330,7 +331,8 @@ def _depthwise_grad_input(ctx, sizes: tuple, f: Instr, g: Instr) -> Instr:
     return m.reduce(total, "sum", 1)
 
 
-@register("DepthwiseConv2dNativeBackpropFilter", dtypes=_DTYPES, half_in_f32=True)
+@register("DepthwiseConv2dNativeBackpropFilter", dtypes=_DTYPES, half_in_f32=True,
+          const_inputs=(1,))
 def _depthwise_backprop_filter(ctx):
     return _depthwise_grad_filter(ctx, ctx.inputs[0], ctx.inputs[2], _sizes(ctx, 1, "filter_sizes"))
 

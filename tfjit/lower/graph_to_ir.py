@@ -141,6 +141,18 @@ class Functions:
             raise Unsupported(f"function {fname} is not in the graph's library")
         return self.library[fname]
 
+    def graph(self, fname: str) -> Graph:
+        """Function ``fname`` in cluster-definition form, checked as TF would."""
+        graph = self._graphs.get(fname)
+        if graph is None:
+            graph = function_graph(self._function(fname), self.library)
+            try:
+                validate(fname, graph, self.library)
+            except ValueError as e:
+                raise Unsupported(str(e)) from None
+            self._graphs[fname] = graph
+        return graph
+
     def lower(self, m: Module, fname: str, args: list, caller) -> list:
         """Lowers function ``fname`` into ``m`` with ``args`` as its inputs (IR values,
         variables, TensorLists); returns its outputs.  ``caller``: the calling node."""
@@ -151,14 +163,7 @@ class Functions:
             cycle = " -> ".join(self._active[self._active.index(fname):] + [fname])
             raise Unsupported(f"function {fname} calls itself ({cycle}): recursion in a "
                               "function library is invalid")
-        graph = self._graphs.get(fname)
-        if graph is None:
-            graph = function_graph(self._function(fname), self.library)
-            try:
-                validate(fname, graph, self.library)
-            except ValueError as e:
-                raise Unsupported(str(e)) from None
-            self._graphs[fname] = graph
+        graph = self.graph(fname)
         folder, source = m.folder, m.source
         m.folder = _fold
         self._active.append(fname)

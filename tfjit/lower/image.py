@@ -80,7 +80,7 @@ def _sum_into(m: Module, x: Instr, axis: int, ids: np.ndarray, size: int) -> Ins
     return m.transpose(m.reshape(out, (size,) + rest), back)
 
 
-@register("ResizeNearestNeighbor", dtypes=NUMERIC)
+@register("ResizeNearestNeighbor", dtypes=NUMERIC, const_inputs=(1,))
 def _resize_nearest(ctx):
     m, x = ctx.m, ctx.inputs[0]
     (oh, ow), align, half = _attrs(ctx, x.rank)
@@ -89,7 +89,7 @@ def _resize_nearest(ctx):
     return _gather(m, rows, 2, nearest_map(w, ow, align, half))
 
 
-@register("ResizeNearestNeighborGrad", dtypes=NUMERIC)
+@register("ResizeNearestNeighborGrad", dtypes=NUMERIC, const_inputs=(1,))
 def _resize_nearest_grad(ctx):
     m, g = ctx.m, ctx.inputs[0]
     (h, w), align, half = _attrs(ctx, g.rank)
@@ -98,7 +98,7 @@ def _resize_nearest_grad(ctx):
     return _sum_into(m, rows, 2, nearest_map(w, ow, align, half), w)
 
 
-@register("ResizeBilinear", dtypes=NUMERIC)   # (its output is f32 whatever the input)
+@register("ResizeBilinear", dtypes=NUMERIC, const_inputs=(1,))   # (its output is f32 whatever)
 def _resize_bilinear(ctx):
     """top = tl + (tr - tl) * x_lerp; bottom likewise; out = top + (bottom - top) * y_lerp."""
     m, x = ctx.m, ctx.inputs[0]

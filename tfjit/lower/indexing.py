@@ -73,14 +73,15 @@ _SEGMENT_KINDS = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min"}
 
 
 @register("UnsortedSegmentSum", "UnsortedSegmentProd", "UnsortedSegmentMax",
-          "UnsortedSegmentMin", dtypes=NUMERIC)
+          "UnsortedSegmentMin", dtypes=NUMERIC, const_inputs=(2,))
 def _unsorted_segment(ctx):
     """data[ids.shape + inner] -> [num_segments] + inner; negative ids are dropped, an
     id >= num_segments is TF's InvalidArgumentError at run time."""
     return _segment(ctx, _SEGMENT_KINDS[ctx.node.op[len("UnsortedSegment"):]], drop_beyond=False)
 
 
-@register("SegmentSumV2", "SegmentProdV2", "SegmentMaxV2", "SegmentMinV2", dtypes=NUMERIC)
+@register("SegmentSumV2", "SegmentProdV2", "SegmentMaxV2", "SegmentMinV2", dtypes=NUMERIC,
+          const_inputs=(2,))
 def _segment_v2(ctx):
     """The segment ops with a ``num_segments`` input, which TF has no CPU kernel for (only
     XLA runs them): XLA's definition, a scatter that drops ids outside [0, num_segments),
@@ -163,7 +164,7 @@ def _cumulative(ctx):
                       bool(ctx.attr("reverse")))
 
 
-@register("CumulativeLogsumexp", dtypes=(dt.F16, dt.BF16, dt.F32, dt.F64))
+@register("CumulativeLogsumexp", dtypes=(dt.F16, dt.BF16, dt.F32, dt.F64), const_inputs=(1,))
 def _cumulative_logsumexp(ctx):
     """log(cumsum(exp(x))) without overflow: a scan whose step is max + log1p(exp(min -
     max)), as TF's kernel (ir/interp.py ``_log_add_exp``)."""

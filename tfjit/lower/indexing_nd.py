@@ -84,7 +84,7 @@ def _scatter_nd(ctx, kind: str, init: Instr | None, indices: Instr, updates: Ins
     return m.reshape(out, tuple(shape))
 
 
-@register("ScatterNd", dtypes=NUMERIC)
+@register("ScatterNd", dtypes=NUMERIC, const_inputs=(2,))
 def _scatter_nd_op(ctx):
     """zeros(shape) with the updates added at the indices (duplicates add up)."""
     indices, updates = ctx.inputs[0], ctx.inputs[1]

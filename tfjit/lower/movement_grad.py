@@ -133,7 +133,8 @@ def _mirror_pad_grad(ctx: LowerCtx):
 
 # -- shape helpers that fold ---------------------------------------------------------------
 
-@register("ConcatOffset", dtypes=(dt.I32, dt.I64))
+@register("ConcatOffset", dtypes=(dt.I32, dt.I64),
+          const_inputs=lambda node, value_of: range(len(node.inputs)))   # concat_dim, shapes
 def _concat_offset(ctx: LowerCtx):
     """The offset of each ConcatV2 input along the concat dim (its gradient's Slice begins)."""
     axis = ctx.const_ints(0, "ConcatOffset's concat_dim")[0]
@@ -142,6 +143,12 @@ def _concat_offset(ctx: LowerCtx):
     if not -rank <= axis < rank:
         raise Unsupported(f"ConcatOffset: concat_dim {axis} out of range for rank {rank}")
     axis %= rank
+    for k, s in enumerate(shapes[1:], 1):       # TF's checks (and words)
+        if len(s) != rank:
+            raise Unsupported(f"ConcatOffset: input {k} should contain {rank} elements, but got {len(s)}")
+        if any(s[d] != shapes[0][d] for d in range(rank) if d != axis):
+            raise Unsupported(f"ConcatOffset: input {k} with shape {s} doesn't match input 0 with "
+                              f"shape {shapes[0]}")
     dtype = ctx.inputs[1].dtype
     outs, offset = [], 0
     for s in shapes:
@@ -150,7 +157,7 @@ def _concat_offset(ctx: LowerCtx):
     return outs
 
 
-@register("InvertPermutation", dtypes=(dt.I32, dt.I64))
+@register("InvertPermutation", dtypes=(dt.I32, dt.I64), const_inputs=(0,))
 def _invert_permutation(ctx: LowerCtx):
     perm = ctx.const_ints(0, "InvertPermutation's input")
     if sorted(perm) != list(range(len(perm))):

@@ -99,6 +99,11 @@ def pool_dims(ctx: LowerCtx, shape: tuple, ksize: list, strides: list) -> list:
     return dims
 
 
+def _v2_window(node, first_input: int) -> tuple:
+    """The inputs that hold ksize and strides: none for MaxPool, two for the V2 ops."""
+    return (first_input, first_input + 1) if node.op.endswith("V2") else ()
+
+
 def _window_attrs(ctx: LowerCtx, first_input: int):
     """ksize and strides: attributes (MaxPool) or constant inputs (the V2 ops)."""
     if ctx.node.op.endswith("V2"):
@@ -194,7 +199,7 @@ def max_pool(m: Module, x: Instr, dims: list) -> Instr:
     return a.store(best)
 
 
-@register("MaxPool", "MaxPoolV2", dtypes=NUMERIC)
+@register("MaxPool", "MaxPoolV2", dtypes=NUMERIC, const_inputs=lambda node, _: _v2_window(node, 1))
 def _max_pool(ctx: LowerCtx):
     x = ctx.inputs[0]
     return max_pool(ctx.m, x, pool_dims(ctx, x.shape, *_window_attrs(ctx, 1)))
@@ -323,7 +328,8 @@ def max_pool_grad(m: Module, x: Instr, grad: Instr, dims: list) -> Instr:
     return a.store(scatter_windows(a, dims, term))
 
 
-@register("MaxPoolGrad", "MaxPoolGradV2", dtypes=NUMERIC)
+@register("MaxPoolGrad", "MaxPoolGradV2", dtypes=NUMERIC,
+          const_inputs=lambda node, _: _v2_window(node, 3))
 def _max_pool_grad(ctx: LowerCtx):
     x, _, grad = ctx.inputs[:3]
     if grad.dtype is not x.dtype:
@@ -331,7 +337,7 @@ def _max_pool_grad(ctx: LowerCtx):
     return max_pool_grad(ctx.m, x, grad, pool_dims(ctx, x.shape, *_window_attrs(ctx, 3)))
 
 
-@register("AvgPoolGrad", dtypes=FLOATS)
+@register("AvgPoolGrad", dtypes=FLOATS, const_inputs=(0,))
 def _avg_pool_grad(ctx: LowerCtx):
     m = ctx.m
     shape = tuple(ctx.const_ints(0, "AvgPoolGrad's orig_input_shape"))

@@ -190,6 +190,11 @@ def int_in_range(m: Module, bits: Instr, dtype: dt.DType, lo: Instr, hi: Instr) 
 
 # -- the TF ops -------------------------------------------------------------------------
 
+def _shape_alg(node, value_of) -> tuple:
+    """The compile-time inputs: the shape, and a V2 op's alg (after its key and counter)."""
+    return (0, 3) if node.op.endswith("V2") else (0,)
+
+
 def _shape(ctx) -> tuple:
     shape = tuple(ctx.const_ints(0, f"{ctx.node.op}'s shape"))
     if any(d < 0 for d in shape):
@@ -248,7 +253,8 @@ _FLOAT_OPS = {"StatelessRandomUniform": "Uniform", "StatelessRandomNormal": "Nor
               "StatelessTruncatedNormal": "TruncatedNormal"}
 
 
-@register(*_FLOAT_OPS, *(f"{op}V2" for op in _FLOAT_OPS), dtypes=FLOATS, type_attr="dtype")
+@register(*_FLOAT_OPS, *(f"{op}V2" for op in _FLOAT_OPS), dtypes=FLOATS, type_attr="dtype",
+          const_inputs=_shape_alg)
 def _float_random(ctx):
     v2 = ctx.node.op.endswith("V2")
     key, counter, alg = _v2_or_seed(ctx)
@@ -257,13 +263,14 @@ def _float_random(ctx):
 
 
 @register("StatelessRandomUniformFullInt", "StatelessRandomUniformFullIntV2", dtypes=FULL_INT_DTYPES,
-          type_attr="dtype")
+          type_attr="dtype", const_inputs=_shape_alg)
 def _full_int(ctx):
     key, counter, alg = _v2_or_seed(ctx)
     return _fill(ctx, _shape(ctx), key, counter, tfy.full_int if alg == THREEFRY else uniform_full_int, alg=alg)
 
 
-@register("StatelessRandomUniformInt", "StatelessRandomUniformIntV2", dtypes=INT_DTYPES, type_attr="dtype")
+@register("StatelessRandomUniformInt", "StatelessRandomUniformIntV2", dtypes=INT_DTYPES, type_attr="dtype",
+          const_inputs=_shape_alg)
 def _uniform_int(ctx):
     v2 = ctx.node.op.endswith("V2")
     key, counter, alg = _v2_or_seed(ctx)

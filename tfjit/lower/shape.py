@@ -455,22 +455,48 @@ def broadcast_gradient_args(s0: list, s1: list) -> tuple:
     return r0, r1
 
 
-@register("BroadcastGradientArgs", dtypes=(dt.I32, dt.I64))
+@register("BroadcastGradientArgs", dtypes=(dt.I32, dt.I64), const_inputs=(0, 1))
 def _broadcast_gradient_args(ctx: LowerCtx):
     s0, s1 = ctx.const_ints(0, "BroadcastGradientArgs' s0"), ctx.const_ints(1, "BroadcastGradientArgs' s1")
     return [ctx.m.constant(np.asarray(r, dtype=np.int64), ctx.dtype) for r in broadcast_gradient_args(s0, s1)]
 
 
-@register("DynamicStitch", "ParallelDynamicStitch", dtypes=registry.ALL)
+def _stitch_const_inputs(node, value_of) -> range:
+    return range(len(node.inputs) // 2)        # the indices (the first half)
+
+
+@register("DynamicStitch", "ParallelDynamicStitch", dtypes=registry.ALL,
+          const_inputs=_stitch_const_inputs)
 def _dynamic_stitch(ctx: LowerCtx):
-    """Only with compile-time constant inputs: the shape arithmetic of reduction
-    gradients when the graph's shapes are partly unknown (``math_ops.reduced_shape``)."""
-    n = len(ctx.inputs) // 2
-    indices = [np.asarray(ctx.const(k, "DynamicStitch's indices")) for k in range(n)]
-    data = [np.asarray(ctx.const(n + k, "DynamicStitch's data")) for k in range(n)]
-    size = 1 + max((int(i.max()) for i in indices if i.size), default=-1)
+    """merged[indices[k][j]] = data[k][j], a later (k, j) winning, a position that no index
+    names zero (TF's CPU kernel).  The indices are compile-time constants (as XLA's
+    CompileTimeConstantInput); the data may be run-time values: one gather from their
+    concatenation (and a zero row) at the position that wins each output row.  Constant
+    data fold (``math_ops.reduced_shape`` in reduction gradients)."""
+    m, op, n = ctx.m, ctx.node.op, len(ctx.inputs) // 2
+    indices = [np.asarray(ctx.const(k, f"{op}'s indices")).astype(np.int64) for k in range(n)]
+    data = ctx.inputs[n:]
     item = data[0].shape[indices[0].ndim:]
-    out = np.zeros((size,) + item, dtype=ctx.dtype.numpy())
-    for i, d in zip(indices, data):       # later inputs win, as in TF
-        out[i.reshape(-1)] = d.reshape((-1,) + item)
-    return ctx.m.constant(out, ctx.dtype)
+    for k, (i, d) in enumerate(zip(indices, data)):
+        if d.shape != i.shape + item:
+            raise Unsupported(f"{op}: data[{k}].shape = {list(d.shape)} must be indices[{k}].shape "
+                              f"= {list(i.shape)} followed by {list(item)} (data[0]'s)")
+        if i.size and i.min() < 0:
+            raise Unsupported(f"{op}: indices[{k}] holds {int(i.min())}, which is out of range")
+    size = 1 + max((int(i.max()) for i in indices if i.size), default=-1)
+    if size > np.iinfo(np.int32).max:
+        raise Unsupported(f"{op}: an index of {size - 1} makes an output of more than 2**31 rows")
+    source = np.full(size, -1, np.int32)        # the row of the concatenation each output reads
+    rows, offset = [], 0
+    for i, d in zip(indices, data):
+        for j, v in enumerate(i.reshape(-1)):
+            source[v] = offset + j
+        rows.append(m.reshape(d, (i.size,) + item))
+        offset += i.size
+    if (source < 0).any():
+        source[source < 0] = offset
+        rows.append(m.broadcast(m.scalar(0, data[0].dtype), (1,) + item, ()))
+    if size == 0:
+        return m.constant(np.zeros((0,) + item, ctx.dtype.numpy()), ctx.dtype)
+    table = rows[0] if len(rows) == 1 else m.concat(rows, 0)
+    return m.gather(table, m.constant(source, dt.I32), 0)

@@ -154,13 +154,13 @@ def _read(ctx, lst: TensorList, index: Instr, element_operand: int) -> Instr:
     return ctx.m.reshape(window, lst.element)
 
 
-@register("TensorListReserve", dtypes=ALL, opaque_types=_OPAQUE)
+@register("TensorListReserve", dtypes=ALL, opaque_types=_OPAQUE, const_inputs=(0, 1))
 def _reserve(ctx):
     n = _count(ctx, 1, "num_elements")
     return _new(ctx, n, _element_shape(ctx, 0), n)
 
 
-@register("EmptyTensorList", dtypes=ALL, opaque_types=_OPAQUE)
+@register("EmptyTensorList", dtypes=ALL, opaque_types=_OPAQUE, const_inputs=(0, 1))
 def _empty(ctx):
     return _new(ctx, _count(ctx, 1, "max_num_elements"), _element_shape(ctx, 0), 0)
 
