@@ -98,6 +98,7 @@ using tfjit::LoadedModule;
 using tfjit::LoadModule;
 using tfjit::ScopedContext;
 using tfjit::TypeName;
+using tfjit::ValidateExecutable;
 using tfjit::Variables;
 
 constexpr const char* kTfjitGpuLabel = "tfjit_gpu";
@@ -320,45 +321,11 @@ class TfjitLaunchGpuOp : public AsyncOpKernel {
   // The executable must agree with this node's inputs and Tout, and with the device.
   absl::Status Validate(OpKernelContext* ctx, const TfjitGpuExecutable& gpu, int32_t arch) {
     const TfjitExecutable& exe = gpu.host;
-    const int node_outputs = exe.num_outputs - exe.num_updates;
     if (gpu.arch > arch || gpu.image == nullptr || exe.num_steps != 0) {
       return Invalid("tfjit GPU executable for cluster ", cluster_, " targets sm_", gpu.arch,
                      "; this GPU is sm_", arch);
     }
-    if (exe.num_inputs != ctx->num_inputs() || node_outputs != ctx->num_outputs() ||
-        exe.num_updates < 0) {
-      return Invalid("tfjit executable for cluster ", cluster_, " has ", exe.num_inputs,
-                     " inputs and ", node_outputs, " outputs; the TfjitLaunch node has ",
-                     ctx->num_inputs(), " and ", ctx->num_outputs());
-    }
-    for (int u = 0; u < exe.num_updates; ++u) {
-      const int32_t i = exe.update_input[u];
-      if (i < 0 || i >= exe.num_inputs || ctx->input_dtype(i) != DT_RESOURCE) {
-        return Invalid("tfjit executable for cluster ", cluster_, ": update ", u,
-                       " does not name a resource variable input");
-      }
-    }
-    for (int i = 0; i < exe.num_inputs; ++i) {
-      if (exe.input_dtypes[i] != ctx->input_dtype(i)) {
-        return Invalid("tfjit executable for cluster ", cluster_, ": input ", i, " is ",
-                       TypeName(exe.input_dtypes[i]), ", the node's input is ",
-                       TypeName(ctx->input_dtype(i)));
-      }
-    }
-    for (int o = 0; o < exe.num_outputs; ++o) {
-      if (o < node_outputs && exe.output_dtypes[o] != ctx->expected_output_dtype(o)) {
-        return Invalid("tfjit executable for cluster ", cluster_, ": output ", o, " is ",
-                       TypeName(exe.output_dtypes[o]), ", Tout has ",
-                       TypeName(ctx->expected_output_dtype(o)));
-      }
-      const int32_t src = exe.output_source[o], fwd = exe.output_forward[o];
-      if (src >= exe.num_inputs || fwd >= exe.num_inputs || exe.output_ranks[o] < 0 ||
-          (fwd >= 0 && ctx->input_dtype(fwd) == DT_RESOURCE)) {
-        return Invalid("tfjit executable for cluster ", cluster_, ": output ", o,
-                       " has a bad rank or input index");
-      }
-    }
-    return absl::OkStatus();
+    return ValidateExecutable(ctx, cluster_, exe);
   }
 
   // Outputs and updates into bufs[n_in...] (the CPU kernel's SetOutputs, on the device).
