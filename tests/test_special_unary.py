@@ -9,9 +9,10 @@ TF's f32 (and f16) ndtri/erfinv/bessel take Eigen's AVX packet path for all but
 the last ``n % 8`` elements, which take its scalar path (codegen/special_unary.py):
 the compiled code is the packet path everywhere, the interpreter (which folds
 constants) the scalar path, which TF computes for each element of a ``map_fn``.
-The f32 packet functions and the f64 Bessel ones also have vector variants of every
-width a loop vectoriser may pick (codegen/special_unary.py): each gives the scalar
-function's bits, and the fused loop calls one of them.
+The f32 packet functions, the f64 Bessel ones, and f32 lgamma/digamma of f16 values
+also have vector variants of every width a loop vectoriser may pick
+(codegen/special_unary.py): each gives the scalar function's bits, and the fused loop
+calls one of them.
 """
 from __future__ import annotations
 
@@ -197,13 +198,16 @@ def test_dtypes_tf_has_no_kernel_for_are_refused_with_a_reason():
 OPS = {name: op for op, name in special.NAMES.items()}
 VECTOR = [pytest.param(n, t, id=f"{n}-{np.dtype(t).name}") for n, t in
           ((p.values[0], p.values[1]) for p in PARAMS)
-          if special_unary.vector_widths(OPS[n], t is not F64)]
+          if special_unary.vector_widths(OPS[n], t is not F64, from_half=t is F16)]
+WIDTHS = [pytest.param(n, t, id=f"{n}-{np.dtype(t).name}") for n, t in
+          ((p.values[0], p.values[1]) for p in PARAMS)
+          if t is not F16 and special_unary.vector_widths(OPS[n], t is F32, from_half=True)]
 
 
 def _run_at_widths(name, t, x: np.ndarray) -> dict:
     """{width: the op of x} with its scalar function (width 1, in a loop kept scalar)
     and each vector variant, compiled for this CPU and called from here."""
-    op, lanes = OPS[name], special_unary.vector_widths(OPS[name], t is F32)
+    op, lanes = OPS[name], special_unary.vector_widths(OPS[name], t is F32, from_half=True)
     target = pipeline.jit_target()
     m = ir.Module("widths")
     m.triple, m.data_layout = target.triple, target.data_layout
@@ -230,7 +234,7 @@ def _run_at_widths(name, t, x: np.ndarray) -> dict:
     return out
 
 
-@pytest.mark.parametrize("name, t", [p for p in VECTOR if p.values[1] is not F16])
+@pytest.mark.parametrize("name, t", WIDTHS)
 def test_every_vector_width_gives_the_scalar_functions_bits(name, t):
     x = _inputs(name, t)
     x = np.concatenate([x, np.full(-len(x) % 16, 0.25, t)])
@@ -243,6 +247,7 @@ def test_every_vector_width_gives_the_scalar_functions_bits(name, t):
 
 @pytest.mark.parametrize("name, t", VECTOR)
 def test_the_fused_loop_calls_a_vector_variant(compiled, name, t):
+    """(lgamma and digamma: of f16 values only, see LANE_BY_LANE)"""
     x, _, f = compiled(name, t)
     text = f.experimental_get_compiler_ir(x)(stage="llvm")
     assert re.search(rf'call [^\n]*<\d+ x (float|double)> @"?tfjit\.special\.{name}\.v\d+f', text), \

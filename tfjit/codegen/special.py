@@ -58,7 +58,9 @@ def call(b: ir.IRBuilder, op: Op, args: list):
     ty = args[0].type
     lanes = ty.count if isinstance(ty, ir.VectorType) else 0
     lib = _Library(b.module, ty)
-    widths = special_unary.vector_widths(op, lib.f32)
+    from_half = isinstance(args[0], ir.CastInstr) and args[0].opname == "fpext" \
+        and args[0].operands[0].type == ir.HalfType()
+    widths = special_unary.vector_widths(op, lib.f32, from_half or bool(lanes))
     if lanes and lanes not in widths:
         raise ValueError(f"{NAMES[op]} has no code over {ty}")
     fn = lib.function(NAMES[op])
@@ -229,11 +231,24 @@ class _Library(UnaryBuilders):
             build = getattr(self, "_" + name)
             nargs = build.__code__.co_argcount - 2
             f = _Fn(self, full, nargs)
-            build(f, *f.args)
+            if f.lanes and name in special_unary.LANE_BY_LANE:
+                self._lane_by_lane(f, name)
+            else:
+                build(f, *f.args)
             fn = f.fn
             if name in NAMES.values():
                 fn.attributes.add("noinline")   # one call per element; the kernel stays small
         return fn
+
+    def _lane_by_lane(self, f: "_Fn", name: str) -> None:
+        """A vector function that calls the scalar one on each lane in turn."""
+        scalar = _Library(self.module, self.ty.element).function(name)
+        out = ir.Constant(self.ty, None)
+        for k in range(f.lanes):
+            lane = ir.Constant(I32, k)
+            y = f.b.call(scalar, [f.b.extract_element(a, lane) for a in f.args])
+            out = f.b.insert_element(out, y, lane)
+        f.ret(out)
 
     def _declare(self, symbol: str, fnty, pure: bool) -> ir.Function:
         fn = self.module.globals.get(symbol) or ir.Function(self.module, fnty, name=symbol)

@@ -52,12 +52,19 @@ _V4 = ir.VectorType(F32, 4)
 PACKET = frozenset({Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
 #: f64 ops whose scalar code is IEEE arithmetic only (no C library call): lane-wise too
 _F64_LANEWISE = frozenset({Op.BESSEL_I0E, Op.BESSEL_I1E})
+#: ops whose vector variants call the scalar function (the C library) on each lane,
+#: offered for an operand widened from f16 only: a scalar loop loads each half with
+#: x86's vpinsrw, which merges into the register the previous call returned in, so
+#: every element waited for the one before (f16 lgamma 1.6x TF's time); vectorised,
+#: the loads and conversions are whole vectors.  For f32/f64 the lanes cost ~2%.
+LANE_BY_LANE = {"lgamma", "digamma"}
 
 
-def vector_widths(op: Op, f32: bool) -> tuple:
-    """The widths of the vector variants made of ``op`` (none where its code calls the
-    C library): a loop vectoriser picks by the target's registers."""
-    if op in (PACKET if f32 else _F64_LANEWISE):
+def vector_widths(op: Op, f32: bool, from_half: bool = False) -> tuple:
+    """The widths of the vector variants made of ``op`` (``from_half``: its operand
+    was widened from f16): a loop vectoriser picks by the target's registers."""
+    lanes = from_half and f32 and op in (Op.LGAMMA, Op.DIGAMMA)
+    if op in (PACKET if f32 else _F64_LANEWISE) or lanes:
         return (4, 8, 16) if f32 else (2, 4, 8)
     return ()
 
