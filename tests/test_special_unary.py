@@ -9,15 +9,26 @@ TF's f32 (and f16) ndtri/erfinv/bessel take Eigen's AVX packet path for all but
 the last ``n % 8`` elements, which take its scalar path (codegen/special_unary.py):
 the compiled code is the packet path everywhere, the interpreter (which folds
 constants) the scalar path, which TF computes for each element of a ``map_fn``.
+The f32 packet functions, the f64 Bessel ones, and f32 lgamma/digamma of f16 values
+also have vector variants of every width a loop vectoriser may pick
+(codegen/special_unary.py): each gives the scalar function's bits, and the fused loop
+calls one of them.
 """
 from __future__ import annotations
+
+import ctypes
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from llvmlite import ir
 
 import tfjit
 from oracle import assert_matches
+from tfjit import pipeline
+from tfjit.codegen import llvm_cpu, special, special_unary
+from tfjit.codegen.llvm_types import I64, PTR, VOID, for_range, i64, no_vectorize
 from tfjit.ir import interp
 from tfjit.ir.ops import SPECIAL
 from tfjit.ir.text import parse_module
@@ -181,3 +192,63 @@ def test_dtypes_tf_has_no_kernel_for_are_refused_with_a_reason():
     h = tf.ones([4], tf.float16)
     with pytest.raises(tf.errors.InvalidArgumentError, match="Ndtri has no tfjit lowering for dtype half"):
         tfjit.function(tf.math.ndtri, jit_compile=True)(h)
+
+
+# -- vector code: every width a loop vectoriser may pick, and the fused loop's choice --------
+OPS = {name: op for op, name in special.NAMES.items()}
+VECTOR = [pytest.param(n, t, id=f"{n}-{np.dtype(t).name}") for n, t in
+          ((p.values[0], p.values[1]) for p in PARAMS)
+          if special_unary.vector_widths(OPS[n], t is not F64, from_half=t is F16)]
+WIDTHS = [pytest.param(n, t, id=f"{n}-{np.dtype(t).name}") for n, t in
+          ((p.values[0], p.values[1]) for p in PARAMS)
+          if t is not F16 and special_unary.vector_widths(OPS[n], t is F32, from_half=True)]
+
+
+def _run_at_widths(name, t, x: np.ndarray) -> dict:
+    """{width: the op of x} with its scalar function (width 1, in a loop kept scalar)
+    and each vector variant, compiled for this CPU and called from here."""
+    op, lanes = OPS[name], special_unary.vector_widths(OPS[name], t is F32, from_half=True)
+    target = pipeline.jit_target()
+    m = ir.Module("widths")
+    m.triple, m.data_layout = target.triple, target.data_layout
+    ty = ir.FloatType() if t is F32 else ir.DoubleType()
+    for w in (1,) + lanes:
+        fn = ir.Function(m, ir.FunctionType(VOID, [PTR, PTR, I64]), name=f"run{w}")
+        b = ir.IRBuilder(fn.append_basic_block())
+        src, dst, n = fn.args
+        vt = ty if w == 1 else ir.VectorType(ty, w)
+        with for_range(b, 0, n, "i", no_vectorize(m) if w == 1 else None) as i:
+            at = b.mul(i, i64(w))
+            v = b.load(b.gep(src, [at], source_etype=ty), typ=vt, align=t().itemsize)
+            b.store(special.call(b, op, [v]), b.gep(dst, [at], source_etype=ty), align=t().itemsize)
+        b.ret_void()
+    symbols = [f"run{w}" for w in (1,) + lanes]
+    code = llvm_cpu.compile_module(m, symbols, target.compiler)
+    out = {}
+    for w in (1,) + lanes:
+        y = np.full_like(x, np.nan)
+        run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(
+            code.addresses[f"run{w}"])
+        run(x.ctypes.data, y.ctypes.data, len(x) // w)
+        out[w] = y
+    return out
+
+
+@pytest.mark.parametrize("name, t", WIDTHS)
+def test_every_vector_width_gives_the_scalar_functions_bits(name, t):
+    x = _inputs(name, t)
+    x = np.concatenate([x, np.full(-len(x) % 16, 0.25, t)])
+    got = _run_at_widths(name, t, x)
+    bits = np.dtype(f"u{np.dtype(t).itemsize}")
+    for w, y in got.items():
+        diff = np.flatnonzero(y.view(bits) != got[1].view(bits))
+        assert diff.size == 0, f"{name} at width {w}: x={x[diff[:4]]} {y[diff[:4]]} != {got[1][diff[:4]]}"
+
+
+@pytest.mark.parametrize("name, t", VECTOR)
+def test_the_fused_loop_calls_a_vector_variant(compiled, name, t):
+    """(lgamma and digamma: of f16 values only, see LANE_BY_LANE)"""
+    x, _, f = compiled(name, t)
+    text = f.experimental_get_compiler_ir(x)(stage="llvm")
+    assert re.search(rf'call [^\n]*<\d+ x (float|double)> @"?tfjit\.special\.{name}\.v\d+f', text), \
+        f"{name} {np.dtype(t).name}: the fused loop does not call a vector variant"

@@ -174,3 +174,32 @@ def test_flatten_reductions_reads_a_buffer_reduced_over_several_dims_as_one():
     # an expression that is also an output: kept (rebuilding it would compute it twice)
     assert shared.attrs["ndims"] == 2 and shared.operands[0].op is Op.ABS
     assert FlattenReductions().run(m) is False
+
+
+SPECIAL_LOOP = """module special {
+  %p0 = f64[65536] parameter(0)
+  %igamma.1 = f64[65536] igamma(%p0, %p0)
+  %constant.2 = f64[] constant(2.0)
+  %broadcast.3 = f64[65536] broadcast(%constant.2), dims={}
+  %multiply.4 = f64[65536] multiply(%igamma.1, %broadcast.3)
+  ROOT (%multiply.4)
+}
+"""
+
+
+@pytest.mark.parametrize("op, cycles", [("igamma(%p0, %p0)", 1000), ("lgamma(%p0)", 100),
+                                        ("bessel-i0e(%p0)", 50), ("add(%p0, %p0)", 1)])
+def test_a_special_function_weighs_a_kernels_cost_per_row(op, cycles):
+    """The launch op shards a step by rows x cost per row (estimated cycles): a special
+    function counted as one instruction left 64K igammas on one of TF's threads."""
+    from tfjit.codegen import llvm_cpu
+    from tfjit.codegen.target import Target
+    from tfjit.passes import cost
+    o = pipeline.optimize(parse_module(SPECIAL_LOOP.replace("igamma(%p0, %p0)", op)),
+                          pipeline.Options(verify=True))
+    (f,) = o.fusions
+    assert cost.element_cycles(f.instrs) == cycles + 1           # and the multiply
+    target = Target("test", "x86_64-unknown-linux-gnu", "", runtime_calls=True)
+    _, steps = llvm_cpu.emit_module("special", o.fusions, o.plan, [], target)
+    ((_, rows, per_row),) = steps
+    assert rows == 65536 // fusion.FLAT_BLOCK and per_row == fusion.FLAT_BLOCK * (cycles + 1)

@@ -34,6 +34,7 @@ from tfjit.codegen.reduction import ReductionRows
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
+from tfjit.passes.cost import element_cycles
 from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
 from tfjit.runtime import abi
 
@@ -92,11 +93,12 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
     def emit(self) -> list:
         """Emits the kernel's functions; returns [(symbol, rows, cost_per_row)]."""
         f = self.f
+        per_element = element_cycles(f.instrs)      # cost per row: estimated cycles
         if f.kind == "loop":
             if f.flat and self.gpu:          # a row per element (see above)
                 return [(self._function(self.name, self._loop_row), _math.prod(f.shape),
-                         max(len(f.instrs), 1))]
-            cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * max(len(f.instrs), 1)
+                         per_element)]
+            cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * per_element
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
         arg = f.roots[0].op is Op.ARGREDUCE       # (value, index) pairs: codegen/argreduce.py
@@ -110,10 +112,10 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
             return [(phase1, f.rows, reduced // f.split * f.column_block),
                     (phase2, f.roots[0].size, f.split)]
         if f.split == 1:
-            return [(self._function(self.name, self._reduce_row), f.rows, reduced * max(len(f.instrs), 1))]
+            return [(self._function(self.name, self._reduce_row), f.rows, reduced * per_element)]
         phase1 = self._function(self.name + ".partial", self._arg_partial_row if arg else self._partial_row)
         phase2 = self._function(self.name + ".combine", combine)
-        return [(phase1, f.rows, max(reduced // f.split, 1) * len(f.instrs)), (phase2, f.roots[0].size, f.split)]
+        return [(phase1, f.rows, max(reduced // f.split, 1) * per_element), (phase2, f.roots[0].size, f.split)]
 
     def _function(self, symbol: str, row_body) -> str:
         """Outer ABI function that unpacks ``bufs`` into a noalias inner body."""

@@ -40,6 +40,7 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit.codegen.llvm_types import F32, I32
+from tfjit.codegen import special_unary
 from tfjit.codegen.special_unary import UnaryBuilders
 from tfjit.ir import interp_special
 from tfjit.ir.ops import Op
@@ -51,18 +52,35 @@ NAMES = {Op.IGAMMA: "igamma", Op.IGAMMAC: "igammac", Op.BETAINC: "betainc",
 
 
 def call(b: ir.IRBuilder, op: Op, args: list):
-    """The value of ``op`` on scalar ``args`` (f32 or f64 registers)."""
-    lib = _Library(b.module, args[0].type)
-    return b.call(lib.function(NAMES[op]), args)
+    """The value of ``op`` on scalar ``args`` (f32 or f64 registers), or lane by lane on
+    vectors of them where the op has vector code (``special_unary.vector_widths``).  A
+    scalar call names the op's vector variants, if any, for the loop vectoriser."""
+    ty = args[0].type
+    lanes = ty.count if isinstance(ty, ir.VectorType) else 0
+    lib = _Library(b.module, ty)
+    from_half = isinstance(args[0], ir.CastInstr) and args[0].opname == "fpext" \
+        and args[0].operands[0].type == ir.HalfType()
+    widths = special_unary.vector_widths(op, lib.f32, from_half or bool(lanes))
+    if lanes and lanes not in widths:
+        raise ValueError(f"{NAMES[op]} has no code over {ty}")
+    fn = lib.function(NAMES[op])
+    inst = b.call(fn, args)
+    if widths and not lanes:
+        special_unary.offer_vector_variants(inst, fn, [
+            _Library(b.module, ir.VectorType(ty, n)).function(NAMES[op]) for n in widths])
+    return inst
 
 
 class _Fn:
     """One LLVM function written like the C++ it mirrors: ``var`` makes a local
     (a stack slot), ``ret_if`` returns early, ``loop`` is a ``for (;;)`` left by
-    ``break_if``.  Operands may be Python numbers (constants of the function's type)."""
+    ``break_if``.  Operands may be Python numbers (constants of the function's type).
+    The type may be a vector of f32 (a packet function, special_unary.py): then every
+    operation is lane-wise and a Python number is splat over the lanes."""
 
     def __init__(self, lib: "_Library", name: str, nargs: int, ret=None):
         self.lib, self.ty = lib, lib.ty
+        self.lanes = lib.ty.count if isinstance(lib.ty, ir.VectorType) else 0
         fnty = ir.FunctionType(ret or self.ty, [self.ty] * nargs)
         self.fn = ir.Function(lib.module, fnty, name=name)
         self.fn.linkage = "internal"
@@ -76,7 +94,17 @@ class _Fn:
 
     # values
     def c(self, v):
-        return v if isinstance(v, ir.Value) else ir.Constant(self.ty, float(v))
+        if isinstance(v, ir.Value):
+            return v
+        return ir.Constant(self.ty, [float(v)] * self.lanes if self.lanes else float(v))
+
+    def lanewise(self, t: ir.Type) -> ir.Type:
+        """``t`` per lane: ``t`` itself in a scalar function, a vector of it otherwise."""
+        return ir.VectorType(t, self.lanes) if self.lanes else t
+
+    def ic(self, v: int, t=I32):
+        """An integer constant of ``t`` (per lane)."""
+        return ir.Constant(self.lanewise(t), [v] * self.lanes if self.lanes else v)
 
     def var(self, init, ty=None):
         slot = self._allocas.alloca(ty or self.ty)
@@ -99,7 +127,7 @@ class _Fn:
         return self.b.fneg(self.c(x))
 
     def _intrinsic(self, name, x):
-        suffix = "f32" if self.ty == F32 else "f64"
+        suffix = self.lib.suffix
         fn = self.lib.module.globals.get(f"llvm.{name}.{suffix}") or ir.Function(
             self.lib.module, ir.FunctionType(self.ty, [self.ty]), name=f"llvm.{name}.{suffix}")
         return self.b.call(fn, [self.c(x)])
@@ -191,8 +219,9 @@ class _Library(UnaryBuilders):
 
     def __init__(self, module: ir.Module, ty):
         self.module, self.ty = module, ty
-        self.f32 = ty == F32
-        self.suffix = "f32" if self.f32 else "f64"
+        lanes = ty.count if isinstance(ty, ir.VectorType) else 0
+        self.f32 = (ty.element if lanes else ty) == F32
+        self.suffix = (f"v{lanes}" if lanes else "") + ("f32" if self.f32 else "f64")
         self.k = interp_special.constants(np.float32 if self.f32 else np.float64)
 
     def function(self, name: str) -> ir.Function:
@@ -202,11 +231,24 @@ class _Library(UnaryBuilders):
             build = getattr(self, "_" + name)
             nargs = build.__code__.co_argcount - 2
             f = _Fn(self, full, nargs)
-            build(f, *f.args)
+            if f.lanes and name in special_unary.LANE_BY_LANE:
+                self._lane_by_lane(f, name)
+            else:
+                build(f, *f.args)
             fn = f.fn
             if name in NAMES.values():
                 fn.attributes.add("noinline")   # one call per element; the kernel stays small
         return fn
+
+    def _lane_by_lane(self, f: "_Fn", name: str) -> None:
+        """A vector function that calls the scalar one on each lane in turn."""
+        scalar = _Library(self.module, self.ty.element).function(name)
+        out = ir.Constant(self.ty, None)
+        for k in range(f.lanes):
+            lane = ir.Constant(I32, k)
+            y = f.b.call(scalar, [f.b.extract_element(a, lane) for a in f.args])
+            out = f.b.insert_element(out, y, lane)
+        f.ret(out)
 
     def _declare(self, symbol: str, fnty, pure: bool) -> ir.Function:
         fn = self.module.globals.get(symbol) or ir.Function(self.module, fnty, name=symbol)

@@ -26,16 +26,95 @@ reproduces, and the f64 ones on glibc's ``log``; the GPU gains nothing TF-exact
 from an IR version, so it refuses these ops (codegen/nvptx.py) like the other
 special functions.  The functions are straight-line selects (both branches
 computed, as Eigen's packet code does), marked ``noinline`` like the others.
+
+Vector code: Eigen's packet code is lane-wise, so the f32 ndtri/erfinv/bessel bodies
+are also built over ``<4|8|16 x float>`` (``tfjit.special.ndtri.v8f32``; rcpps and
+rsqrtps four lanes at a time: SSE's, on every x86-64, never AVX-512's more precise
+``rcp14``) with the same bits in every lane whatever the width; so are the f64
+bessel ones (over ``<2|4|8 x double>``: IEEE operations only, which give the same
+bits in a vector lane as in a scalar register).  The scalar call
+names them in LLVM's ``vector-function-abi-variant`` attribute, so the loop
+vectoriser calls the variant of the width it picks for the fused loop (the loop's
+remainder still calls the scalar function); a loop that is not vectorised calls the
+scalar one.  ``llvm.compiler.used`` keeps the variants until the vectoriser has run.
 """
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
 
-from tfjit.codegen.llvm_types import F32, I32
+from tfjit.codegen.llvm_types import F32, I32, PTR
 from tfjit.ir import interp_special_unary as K
+from tfjit.ir.ops import Op
 
 _V4 = ir.VectorType(F32, 4)
+#: f32 ops TF computes with Eigen's packet code (vector variants below)
+PACKET = frozenset({Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
+#: f64 ops whose scalar code is IEEE arithmetic only (no C library call): lane-wise too
+_F64_LANEWISE = frozenset({Op.BESSEL_I0E, Op.BESSEL_I1E})
+#: ops whose vector variants call the scalar function (the C library) on each lane,
+#: offered for an operand widened from f16 only: a scalar loop loads each half with
+#: x86's vpinsrw, which merges into the register the previous call returned in, so
+#: every element waited for the one before (f16 lgamma 1.6x TF's time); vectorised,
+#: the loads and conversions are whole vectors.  For f32/f64 the lanes cost ~2%.
+LANE_BY_LANE = {"lgamma", "digamma"}
+
+
+def vector_widths(op: Op, f32: bool, from_half: bool = False) -> tuple:
+    """The widths of the vector variants made of ``op`` (``from_half``: its operand
+    was widened from f16): a loop vectoriser picks by the target's registers."""
+    lanes = from_half and f32 and op in (Op.LGAMMA, Op.DIGAMMA)
+    if op in (PACKET if f32 else _F64_LANEWISE) or lanes:
+        return (4, 8, 16) if f32 else (2, 4, 8)
+    return ()
+
+
+class _CallAttributes(ir.instructions.CallInstrAttributes):
+    """A call's attributes with LLVM's string attributes (``"key"="value"``), which
+    llvmlite cannot spell."""
+
+    def add_string(self, key: str, value: str) -> None:
+        set.add(self, f'"{key}"="{value}"')
+
+
+def offer_vector_variants(call: ir.CallInstr, scalar: ir.Function, variants: list) -> None:
+    """Names ``variants`` (functions over ``<n x float>`` computing ``scalar`` lane by
+    lane) as the vector versions of ``call`` for LLVM's loop vectoriser (VFABI names,
+    unmasked, every operand a vector), and keeps them in the module until it has run."""
+    attrs = _CallAttributes()
+    for a in call.attributes:
+        attrs.add(a)
+    attrs.add_string("vector-function-abi-variant", ",".join(
+        f"_ZGV_LLVM_N{v.ftype.return_type.count}{'v' * len(v.args)}_{scalar.name}({v.name})"
+        for v in variants))
+    call.attributes = attrs
+    _compiler_used(call.module, variants)
+
+
+def _compiler_used(module: ir.Module, fns: list) -> None:
+    """Adds ``fns`` to ``@llvm.compiler.used``: LLVM's optimiser keeps them (the
+    vectoriser may call them), and the linker may still drop those left uncalled."""
+    used = module.globals.get(_CompilerUsed.NAME) or _CompilerUsed(module)
+    used.fns += [f for f in fns if f not in used.fns]
+
+
+class _CompilerUsed(ir.GlobalVariable):
+    """``@llvm.compiler.used``, whose list grows while the module is built (llvmlite
+    fixes a global's type when it is made): typed when printed, never cached."""
+    NAME = "llvm.compiler.used"
+
+    def __init__(self, module: ir.Module):
+        super().__init__(module, ir.ArrayType(PTR, 0), name=self.NAME)
+        self.linkage, self.section = "appending", "llvm.metadata"
+        self.fns: list = []
+
+    def __str__(self):
+        return self._to_string()
+
+    def descr(self, buf):
+        self.value_type = ir.ArrayType(PTR, len(self.fns))
+        self.initializer = ir.Constant(self.value_type, self.fns)
+        super().descr(buf)
 
 
 class UnaryBuilders:
@@ -63,11 +142,22 @@ class UnaryBuilders:
         return f.mul(0.5, f.sub(b0, b2))
 
     def _x86(self, f, name, x):
-        """One lane of SSE's ``rcpps``/``rsqrtps`` (the CPU's approximation table)."""
+        """SSE's ``rcpps``/``rsqrtps`` (the CPU's approximation table) of one lane, or of
+        each lane of a vector, four at a time."""
         fn = f.lib.module.globals.get(f"llvm.x86.sse.{name}.ps") or ir.Function(
             f.lib.module, ir.FunctionType(_V4, [_V4]), name=f"llvm.x86.sse.{name}.ps")
-        v = f.b.insert_element(ir.Constant(_V4, None), x, ir.Constant(I32, 0))
-        return f.b.extract_element(f.b.call(fn, [v]), ir.Constant(I32, 0))
+        b = f.b
+        if not f.lanes:
+            v = b.insert_element(ir.Constant(_V4, None), x, ir.Constant(I32, 0))
+            return b.extract_element(b.call(fn, [v]), ir.Constant(I32, 0))
+        if f.lanes == 4:
+            return b.call(fn, [x])
+        quads = [b.call(fn, [b.shuffle_vector(x, x, _mask(range(k, k + 4)))])
+                 for k in range(0, f.lanes, 4)]
+        while len(quads) > 1:       # concatenated pairwise, in lane order
+            quads = [b.shuffle_vector(lo, hi, _mask(range(2 * lo.type.count)))
+                     for lo, hi in zip(quads[::2], quads[1::2])]
+        return quads[0]
 
     def _reciprocal(self, f, a):
         if not self.f32:
@@ -90,16 +180,16 @@ class UnaryBuilders:
         """plog: the C library's log (f64), Eigen's plog_float (f32)."""
         if not self.f32:
             return f.libm("log", x)
-        b, i32 = f.b, ir.IntType(32)
+        b, i32 = f.b, f.lanewise(I32)
         bits = lambda v: b.bitcast(v, i32)                               # noqa: E731
-        flt = lambda v: b.bitcast(v, F32)                                # noqa: E731
+        flt = lambda v: b.bitcast(v, f.ty)                               # noqa: E731
         # pfrexp_generic: mantissa in [0.5, 1) and exponent, denormals normalised
         denormal = f.cmp("<", f.abs(x), float(np.finfo(np.float32).tiny))
         norm = f.select(denormal, f.mul(x, 2.0 ** 24), x)
         offset = f.select(denormal, -126.0 - 24.0, -126.0)
-        biased = b.sitofp(b.lshr(bits(f.abs(norm)), ir.Constant(i32, 23)), F32)
+        biased = b.sitofp(b.lshr(bits(f.abs(norm)), f.ic(23)), f.ty)
         special = b.or_(f.cmp("==", x, 0.0), f.cmp("==", biased, 255.0))
-        mant = flt(b.or_(b.and_(bits(norm), ir.Constant(i32, ~0x7f800000 & 0xFFFFFFFF)), bits(f.c(0.5))))
+        mant = flt(b.or_(b.and_(bits(norm), f.ic(~0x7f800000 & 0xFFFFFFFF)), bits(f.c(0.5))))
         m = f.select(special, x, mant)
         e = f.select(special, 0.0, f.add(biased, offset))
         # plog_impl_float
@@ -113,7 +203,7 @@ class UnaryBuilders:
         r = self._madd(f, e, K.LN2, f.div(p, q))
         invalid = b.not_(f.cmp(">=", x, 0.0))                           # x < 0 or NaN
         r = f.select(f.cmp("==", x, np.inf), np.inf, r)
-        r = f.select(invalid, flt(ir.Constant(i32, 0xFFFFFFFF)), r)       # por(..., all ones)
+        r = f.select(invalid, flt(f.ic(0xFFFFFFFF)), r)                  # por(..., all ones)
         return f.select(f.cmp("==", x, 0.0), -np.inf, r)
 
     # -- ndtri, erfinv (Eigen's generic_ndtri, TF's scalar_erfinv_op) ----------
@@ -160,3 +250,7 @@ class UnaryBuilders:
 
     def _bessel_i1e(self, f, x):
         self._bessel(f, x, 1)
+
+
+def _mask(lanes) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I32, len(lanes)), list(lanes))

@@ -38,6 +38,25 @@ TRANSCENDENTAL = frozenset({
 }) | SPECIAL
 
 
+# Rough CPU cycles per element of the special functions, against 1 for any other
+# instruction: what ``element_cycles`` weighs a kernel's instructions by for the
+# launch op's cost per row (estimated cycles), which decides whether a step is
+# sharded over TF's threads.  Counted as one instruction, a special function
+# looked like an add: a kernel of 64K igammas read as ~130K cycles, which TF's
+# ParallelFor runs on one thread (1M elements were sharded either way).  Order of
+# magnitude only: a C library call or a vectorised polynomial with divisions
+# (~50-100), loops of series terms (~1000).
+_SPECIAL_CYCLES = {Op.LGAMMA: 100, Op.DIGAMMA: 100, Op.NDTRI: 50, Op.ERFINV: 50,
+                   Op.BESSEL_I0E: 50, Op.BESSEL_I1E: 50, Op.IGAMMA: 1000, Op.IGAMMAC: 1000,
+                   Op.BETAINC: 1000, Op.ZETA: 1000, Op.POLYGAMMA: 1000}
+
+
+def element_cycles(instrs) -> int:
+    """Estimated cycles to evaluate ``instrs`` once each (one element of each): 1 per
+    instruction, a special function's ``_SPECIAL_CYCLES``; at least 1."""
+    return max(sum(_SPECIAL_CYCLES[i.op] if i.op in SPECIAL else 1 for i in instrs), 1)
+
+
 @dataclasses.dataclass
 class KernelCost:
     name: str
