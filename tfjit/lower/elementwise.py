@@ -112,6 +112,11 @@ _UNARY_FLOAT = {
     "Sqrt": Op.SQRT, "Rsqrt": Op.RSQRT, "Exp": Op.EXP, "Expm1": Op.EXPM1, "Log": Op.LOG,
     "Log1p": Op.LOG1P, "Sin": Op.SIN, "Cos": Op.COS, "Tanh": Op.TANH, "Sigmoid": Op.LOGISTIC,
     "Erf": Op.ERF, "Floor": Op.FLOOR, "Ceil": Op.CEIL, "Softplus": Op.SOFTPLUS,
+    # TF's float32 kernels for these four are Eigen's vector polynomials (its scalar tail
+    # calls the C library), so no one result is TF's: tfjit's polynomials, within 2 ulp
+    "Asin": Op.ASIN, "Acos": Op.ACOS, "Atan": Op.ATAN, "Atanh": Op.ATANH,
+    # the C library's, as TF's kernels call it per element (bit-identical; CPU only)
+    "Tan": Op.TAN, "Sinh": Op.SINH, "Cosh": Op.COSH, "Asinh": Op.ASINH, "Acosh": Op.ACOSH,
 }
 for _tf, _op in _UNARY_FLOAT.items():
     register(_tf, dtypes=FLOATS, half_in_f32=True)(lambda ctx, _op=_op: ctx.m.elementwise(_op, ctx.inputs[0]))
