@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-SOURCES = ("tests/test_ops.py", "tests/test_random_graphs.py")
+SOURCES = ("tests/test_ops.py", "tests/test_ops_math.py", "tests/test_diag_ops.py",
+           "tests/test_random_graphs.py")
 SEEN: list = []          # (test file, pipeline.Optimized)
 
 

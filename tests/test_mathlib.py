@@ -174,6 +174,10 @@ REFERENCE = {
                  [(-120, 100), (-20, 20)]),
     "atan2": (np.arctan2, 4, [(-10, 10), (-1e-3, 1e-3)]),
     "pow": (np.power, 4, None),
+    "atan": (np.arctan, 4, [(-10, 10), (-1, 1), (-1e-3, 1e-3)]),
+    "asin": (np.arcsin, 4, [(-1, 1), (0.9, 1), (-1e-3, 1e-3)]),
+    "acos": (np.arccos, 4, [(-1, 1), (0.9, 1), (-1, -0.9)]),
+    "atanh": (np.arctanh, 4, [(-1, 1), (0.9, 1), (-1e-3, 1e-3)]),
 }
 SPECIALS = np.array(
     [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, -1e-40,
@@ -326,7 +330,8 @@ def test_emit_rejects_bad_calls():
 
 # ------------------------------------------------------ against TensorFlow
 
-TF_FUNCS = ("exp", "expm1", "log1p", "tanh", "erf", "sigmoid", "softplus")
+TF_FUNCS = ("exp", "expm1", "log1p", "tanh", "erf", "sigmoid", "softplus", "atan", "asin", "acos",
+            "atanh")
 
 
 @pytest.mark.parametrize("name", TF_FUNCS)

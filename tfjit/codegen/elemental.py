@@ -27,8 +27,14 @@ DIV_BY_ZERO, NEGATIVE_POWER = 1, 2
 _FCMP = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
 _MATH = {Op.EXP: "exp", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p", Op.SIN: "sin",
          Op.COS: "cos", Op.TANH: "tanh", Op.LOGISTIC: "sigmoid", Op.ERF: "erf",
-         Op.SOFTPLUS: "softplus", Op.ATAN2: "atan2"}
-_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos"}
+         Op.SOFTPLUS: "softplus", Op.ATAN2: "atan2", Op.ASIN: "asin", Op.ACOS: "acos",
+         Op.ATAN: "atan", Op.ATANH: "atanh"}
+# TF's float64 kernels call the C library for these (Eigen vectorises only float32's),
+# and so does mathlib: without DAZ the result is TF's bit for bit, denormals included
+_SCALAR_F64 = frozenset({Op.ASIN, Op.ACOS})
+# no DAZ on these operands: TF passes denormals to the C library too (tan(1e-40) is 1e-40)
+_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos", Op.TAN: "tan",
+         Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh"}
 _SHIFT = {Op.SHL: "shl", Op.SHR_LOGICAL: "lshr", Op.SHR_ARITH: "ashr"}
 _FINTRINSIC = {Op.SQRT: "sqrt", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND_EVEN: "roundeven",
                Op.ABS: "fabs"}
@@ -83,6 +89,8 @@ class Elemental:
         if op is Op.POW:
             return self.math(b, "pow", [self._daz(x), self._daz(y)])
         if op in _MATH:
+            if op in _SCALAR_F64 and t == ir.DoubleType():
+                return self.math(b, _MATH[op], args)
             return self.math(b, _MATH[op], [self._daz(a) for a in args])
         if op in _FINTRINSIC:
             return intrinsic(b, _FINTRINSIC[op], t, [x])

@@ -348,6 +348,38 @@ def _atan2(o, y, x):
     return o.sel(o.b.fcmp_unordered("uno", x, y), _NAN, res)
 
 
+def _atan(o, x):
+    """atan(x) = atan2(x, 1).  Max 1 ulp."""
+    return _atan2(o, x, o.f(1.0))
+
+
+def _cos_of_asin(o, a):
+    """sqrt(1 - a*a) for a = |x|: the fma rounds 1 - a^2 once, so it stays accurate
+    near 1 (where it is small); NaN for a > 1 and for inf."""
+    return o.intr("sqrt", o.fma(o.neg(a), a, 1.0))
+
+
+def _asin(o, x):
+    """asin = copysign(atan2(|x|, sqrt(1 - x^2)), x): NaN outside [-1, 1],
+    signed zero kept.  Max 2 ulp."""
+    a = o.fabs(x)
+    return o.copysign(_atan2(o, a, _cos_of_asin(o, a)), x)
+
+
+def _acos(o, x):
+    """acos = atan2(sqrt(1 - x^2), x): pi at -1, +0 at 1, NaN outside [-1, 1].
+    Max 2 ulp."""
+    return _atan2(o, _cos_of_asin(o, o.fabs(x)), x)
+
+
+def _atanh(o, x):
+    """atanh = copysign(log1p(2a / (1 - a)) / 2, x), a = |x|: 1 - a is exact near
+    1, so only the division and log1p round; +-inf at +-1, NaN beyond.  Max 2 ulp."""
+    a = o.fabs(x)
+    r = _log1p(o, o.div(o.add(a, a), o.sub(1.0, a)))
+    return o.copysign(o.mul(r, 0.5), x)
+
+
 def _log2_f64(d, x):
     """log2 of a positive (possibly denormal-as-float) double, rel. error
     ~2^-39: x = 2^e m, s = (m-1)/(m+1), log(m) = 2s + s^3 T(s^2)."""
@@ -409,6 +441,7 @@ _EMIT_F32 = {
     "sin": lambda o, x: _sincos(o, x, cos=False),
     "cos": lambda o, x: _sincos(o, x, cos=True),
     "atan2": _atan2, "pow": _pow, "softplus": _softplus,
+    "atan": _atan, "asin": _asin, "acos": _acos, "atanh": _atanh,
 }
 
 
@@ -432,7 +465,7 @@ def _softplus64(o, x):
 
 _EMIT_F64 = {name: _libm_fn(name) for name in (
     "exp", "expm1", "log", "log1p", "tanh", "erf", "sin", "cos", "atan2",
-    "pow")}
+    "pow", "atan", "asin", "acos", "atanh")}
 _EMIT_F64.update(sigmoid=_sigmoid64, softplus=_softplus64)
 
 _ARITY = {"atan2": 2, "pow": 2}

@@ -103,11 +103,15 @@ def refuse(fusions: list, t: Target) -> None:
         if f.kind not in GPU_KINDS:
             raise NotForTarget(f.roots[0], f"{t.name}: {_NOT_YET[f.kind]}")
         for i in f.instrs:
+            if i.op in _LIBM_ONLY:
+                raise NotForTarget(i, f"{t.name}: {i.op.spelling} is the C library's on the CPU, "
+                                      "as TF's kernel calls it (bit-identical), and a GPU has no copy of it")
             if i.op in SPECIAL:
                 raise NotForTarget(i, f"{t.name}: {i.op.spelling} is TF's CPU code "
                                       f"({_SPECIAL_WHY.get(i.op, _SERIES)}), which has no GPU version yet")
 
 
+_LIBM_ONLY = frozenset({Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
 _SERIES = "Eigen's series over the C library's lgamma, log, exp and pow"
 _APPROX = ("Eigen's code over the C library's log in f64, over x86's rcpps/rsqrtps "
            "approximations in f32")

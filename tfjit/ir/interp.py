@@ -121,6 +121,15 @@ def _in_f64(fn):
     return lambda x: np.asarray(fn(x.astype(np.float64))).astype(x.dtype)
 
 
+def _libm_on_f64(fn, name: str):
+    """fn as the FPU computes it (DAZ/FTZ), except on f64: the C library's ``name`` of
+    the raw operand, unflushed, as TF's float64 kernel and codegen call it
+    (codegen/elemental.py's ``_SCALAR_F64``)."""
+    fpu = _fpu(fn)
+    return lambda instr, vals: (interp_rng.libm(name, vals[0]) if vals[0].dtype == np.float64
+                                else fpu(instr, vals))
+
+
 def _sign(x):
     if x.dtype.kind != "f":
         return np.sign(x)
@@ -497,7 +506,7 @@ _UNARY_FPU = {
     Op.LOG1P: np.log1p, Op.SIN: np.sin, Op.COS: np.cos, Op.TANH: np.tanh,
     Op.RSQRT: lambda x: x.dtype.type(1) / np.sqrt(x),
     Op.LOGISTIC: _in_f64(_logistic), Op.SOFTPLUS: _softplus,
-    Op.ERF: _erf,
+    Op.ERF: _erf, Op.ATAN: np.arctan, Op.ATANH: np.arctanh,
     Op.FLOOR: _rounding(np.floor), Op.CEIL: _rounding(np.ceil), Op.ROUND_EVEN: _rounding(np.rint),
 }
 _BINARY_FPU = {
@@ -516,6 +525,8 @@ _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
     Op.SHR_ARITH: _shift("arithmetic"),
     Op.LOG_LIBM: lambda x: interp_rng.libm("log", x), Op.SIN_LIBM: lambda x: interp_rng.libm("sin", x),
     Op.COS_LIBM: lambda x: interp_rng.libm("cos", x),
+    **{op: (lambda x, name=op.spelling: interp_rng.libm(name, x))
+       for op in (Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH)},
 }
 
 _EVAL = {
@@ -530,6 +541,7 @@ _EVAL = {
     **{op: (lambda fn: lambda instr, vals: _flush(np.asarray(fn(*vals))))(fn)
        for op, fn in interp_special_unary.RAW_OPERAND.items()},
     **{op: _elementwise(fn) for op, fn in _EXACT.items()},
+    Op.ASIN: _libm_on_f64(np.arcsin, "asin"), Op.ACOS: _libm_on_f64(np.arccos, "acos"),
     Op.BROADCAST: _broadcast,
     Op.RESHAPE: lambda instr, vals: vals[0].reshape(instr.shape),
     Op.TRANSPOSE: lambda instr, vals: np.transpose(vals[0], instr.attrs["perm"]),

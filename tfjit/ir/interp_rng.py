@@ -34,7 +34,8 @@ def _libm_fn(name: str):
 
 
 def libm(name: str, x: np.ndarray) -> np.ndarray:
-    """``name`` (log, sin, cos) of every element: logf... for f32, log... for f64."""
+    """The C library's one-argument ``name`` (log, sin, tan, sinh...) of every element:
+    logf... for f32, log... for f64; no DAZ or FTZ, as TF's scalar kernels call it."""
     symbol = name + ("f" if x.dtype == np.float32 else "")
     return np.asarray(_libm_fn(symbol)(x), dtype=object).astype(x.dtype).reshape(x.shape)
 

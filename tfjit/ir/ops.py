@@ -74,6 +74,10 @@ class Op(enum.Enum):
     LOGISTIC = ("logistic", Kind.ELEMENTWISE, 1)
     SOFTPLUS = ("softplus", Kind.ELEMENTWISE, 1)
     ERF = ("erf", Kind.ELEMENTWISE, 1)
+    ASIN = ("asin", Kind.ELEMENTWISE, 1)
+    ACOS = ("acos", Kind.ELEMENTWISE, 1)
+    ATAN = ("atan", Kind.ELEMENTWISE, 1)
+    ATANH = ("atanh", Kind.ELEMENTWISE, 1)
     FLOOR = ("floor", Kind.ELEMENTWISE, 1)
     CEIL = ("ceil", Kind.ELEMENTWISE, 1)
     ROUND_EVEN = ("round-nearest-even", Kind.ELEMENTWISE, 1)
@@ -88,6 +92,13 @@ class Op(enum.Enum):
     LOG_LIBM = ("log-libm", Kind.ELEMENTWISE, 1)
     SIN_LIBM = ("sin-libm", Kind.ELEMENTWISE, 1)
     COS_LIBM = ("cos-libm", Kind.ELEMENTWISE, 1)
+    # TF's kernels for these call the C library on every element (Eigen has no vector
+    # version), so tfjit calls it too: bit-identical, scalar, CPU only
+    TAN = ("tan", Kind.ELEMENTWISE, 1)
+    SINH = ("sinh", Kind.ELEMENTWISE, 1)
+    COSH = ("cosh", Kind.ELEMENTWISE, 1)
+    ASINH = ("asinh", Kind.ELEMENTWISE, 1)
+    ACOSH = ("acosh", Kind.ELEMENTWISE, 1)
     # binary elementwise
     ADD = ("add", Kind.ELEMENTWISE, 2)
     SUB = ("subtract", Kind.ELEMENTWISE, 2)
@@ -188,7 +199,7 @@ CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
-LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM})
+LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
 SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA, Op.LGAMMA, Op.DIGAMMA,
                      Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)
@@ -208,5 +219,5 @@ SCAN_KINDS = ("sum", "prod", "logsumexp")     # logsumexp: floats (CumulativeLog
 EXPENSIVE = frozenset({
     Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
     Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.DIV, Op.REM, Op.SQRT, Op.RSQRT,
-    Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TRUNCATED_NORMAL,
-}) | SPECIAL
+    Op.ASIN, Op.ACOS, Op.ATAN, Op.ATANH, Op.TRUNCATED_NORMAL,
+}) | LIBM | SPECIAL

@@ -7,8 +7,9 @@ TF's, as documented in tfjit/ir/ops.py and implemented by codegen and interp.
 """
 from __future__ import annotations
 
+from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import (ALL, FLOATS, NUMERIC, Unsupported, broadcast_all,
+from tfjit.lower.registry import (ALL, FLOATS, INTS, NUMERIC, Unsupported, broadcast_all,
                                   register, scalar_like)
 
 SIGNED = tuple(d for d in NUMERIC if d.is_float or d.is_signed)
@@ -100,6 +101,55 @@ def _atan2(ctx):
     return ctx.m.elementwise(Op.ATAN2, *broadcast_all(ctx.m, *ctx.inputs))
 
 
+@register("NextAfter", dtypes=(dt.F32, dt.F64))
+def _next_after(ctx):
+    """The C library's nextafter, as TF's kernel calls it: NaN in either -> NaN;
+    x1 == x2 (a float compare, so under DAZ a denormal equals 0) -> x2; else x1 one
+    step towards x2.  The step is taken on ordered integer keys (the bits for x >= 0,
+    INT_MIN - bits below, so both zeros are key 0), which gives glibc's answers
+    without testing the bits for zero: LLVM rewrites such a test into a float
+    compare, which DAZ then answers wrongly for denormals."""
+    m = ctx.m
+    x, y = broadcast_all(m, *ctx.inputs)
+    it = dt.I32 if x.dtype is dt.F32 else dt.I64
+    zero, least = scalar_like(m, 0, m.bitcast(x, it)), scalar_like(m, -(1 << (it.bits - 1)), m.bitcast(x, it))
+
+    def flip(h):       # its own inverse
+        return m.elementwise(Op.SELECT, m.elementwise(Op.GE, h, zero), h, m.elementwise(Op.SUB, least, h))
+    kx, ky = flip(m.bitcast(x, it)), flip(m.bitcast(y, it))
+    step = m.elementwise(Op.SELECT, m.elementwise(Op.LT, kx, ky), scalar_like(m, 1, kx), scalar_like(m, -1, kx))
+    out = m.bitcast(flip(m.elementwise(Op.ADD, kx, step)), x.dtype)
+    out = m.elementwise(Op.SELECT, m.elementwise(Op.EQ, x, y), y, out)
+    nan = m.elementwise(Op.OR, m.elementwise(Op.IS_NAN, x), m.elementwise(Op.IS_NAN, y))
+    return m.elementwise(Op.SELECT, nan, m.elementwise(Op.ADD, x, y), out)
+
+
+@register("Cross", dtypes=(dt.F32, dt.F64) + INTS)
+def _cross(ctx):
+    """TF's kernel's formula per component: a[1]*b[2] - a[2]*b[1], ... (ints wrap).
+    Not for halves: TF rounds each product to half, and the difference cancels."""
+    m, (a, b) = ctx.m, ctx.inputs
+    if a.shape != b.shape or a.rank < 1 or a.shape[-1] != 3:
+        raise Unsupported(f"Cross: both inputs must be the same shape ending in 3, got "
+                          f"{list(a.shape)} and {list(b.shape)}")
+    lead = a.shape[:-1]
+
+    def part(x, i):
+        return m.slice(x, (0,) * len(lead) + (i,), lead + (1,))
+    out = [m.elementwise(Op.SUB, m.elementwise(Op.MUL, part(a, i), part(b, j)),
+                         m.elementwise(Op.MUL, part(a, j), part(b, i))) for i, j in ((1, 2), (2, 0), (0, 1))]
+    return m.concat(out, a.rank - 1)
+
+
+@register("ToBool", dtypes=(dt.F32, dt.F64, dt.PRED) + INTS)   # TF: "half cannot be converted"
+def _to_bool(ctx):
+    """A scalar: whether it is non-zero (NaN is); any other tensor: whether it has elements."""
+    m, x = ctx.m, ctx.inputs[0]
+    if x.rank:
+        return m.scalar(x.size > 0, dt.PRED)
+    return x if x.dtype is dt.PRED else m.elementwise(Op.NE, x, m.scalar(0, x.dtype))
+
+
 @register("SquaredDifference", half_in_f32=True)
 def _squared_difference(ctx):
     d = ctx.m.elementwise(Op.SUB, *broadcast_all(ctx.m, *ctx.inputs))
@@ -112,6 +162,11 @@ _UNARY_FLOAT = {
     "Sqrt": Op.SQRT, "Rsqrt": Op.RSQRT, "Exp": Op.EXP, "Expm1": Op.EXPM1, "Log": Op.LOG,
     "Log1p": Op.LOG1P, "Sin": Op.SIN, "Cos": Op.COS, "Tanh": Op.TANH, "Sigmoid": Op.LOGISTIC,
     "Erf": Op.ERF, "Floor": Op.FLOOR, "Ceil": Op.CEIL, "Softplus": Op.SOFTPLUS,
+    # TF's float32 kernels for these four are Eigen's vector polynomials (its scalar tail
+    # calls the C library), so no one result is TF's: tfjit's polynomials, within 2 ulp
+    "Asin": Op.ASIN, "Acos": Op.ACOS, "Atan": Op.ATAN, "Atanh": Op.ATANH,
+    # the C library's, as TF's kernels call it per element (bit-identical; CPU only)
+    "Tan": Op.TAN, "Sinh": Op.SINH, "Cosh": Op.COSH, "Asinh": Op.ASINH, "Acosh": Op.ACOSH,
 }
 for _tf, _op in _UNARY_FLOAT.items():
     register(_tf, dtypes=FLOATS, half_in_f32=True)(lambda ctx, _op=_op: ctx.m.elementwise(_op, ctx.inputs[0]))

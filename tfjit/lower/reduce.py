@@ -79,6 +79,19 @@ def _mean(ctx):
     return m.convert(total, x.dtype)
 
 
+@register("EuclideanNorm", dtypes=(dt.BF16, dt.F32, dt.F64, dt.I32, dt.I64), half_in_f32=True,
+          const_inputs=(1,))
+def _euclidean_norm(ctx):
+    """sqrt(sum(x * x)) as TF's kernel: bfloat16 in float32; integers square and sum
+    wrapping, then take the C++ sqrt of that integer (a double) truncated back."""
+    m, x = ctx.m, ctx.inputs[0]
+    total = reduce_axes(m, m.elementwise(Op.MUL, x, x), "sum", _axes(ctx, x.rank),
+                        bool(ctx.attr("keep_dims", False)))
+    if x.dtype.is_float:
+        return m.elementwise(Op.SQRT, total)
+    return m.convert(m.elementwise(Op.SQRT, m.convert(total, dt.F64)), x.dtype)
+
+
 def _argreduce(kind: str):
     def rule(ctx):
         m, x = ctx.m, ctx.inputs[0]

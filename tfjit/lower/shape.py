@@ -461,6 +461,17 @@ def _broadcast_gradient_args(ctx: LowerCtx):
     return [ctx.m.constant(np.asarray(r, dtype=np.int64), ctx.dtype) for r in broadcast_gradient_args(s0, s1)]
 
 
+@register("BroadcastArgs", dtypes=(dt.I32, dt.I64), const_inputs=(0, 1))
+def _broadcast_args(ctx: LowerCtx):
+    """The broadcast of two constant shapes (numpy's rule), as a constant."""
+    s0, s1 = ctx.const_ints(0, "BroadcastArgs' s0"), ctx.const_ints(1, "BroadcastArgs' s1")
+    rank = max(len(s0), len(s1))
+    a, b = [1] * (rank - len(s0)) + s0, [1] * (rank - len(s1)) + s1
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise Unsupported(f"Incompatible shapes: {s0} vs. {s1}")
+    return ctx.m.constant(np.asarray([y if x == 1 else x for x, y in zip(a, b)], np.int64), ctx.dtype)
+
+
 def _stitch_const_inputs(node, value_of) -> range:
     return range(len(node.inputs) // 2)        # the indices (the first half)
 

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfjit.ir.ops import SPECIAL, Kind, Op
+from tfjit.ir.ops import LIBM, SPECIAL, Kind, Op
 from tfjit.passes import fusion as fusion_mod
 
 TRANSCENDENTAL = frozenset({
     Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
     Op.SOFTPLUS, Op.ERF, Op.POW, Op.ATAN2, Op.SQRT, Op.RSQRT,
-    Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TRUNCATED_NORMAL,
-}) | SPECIAL
+    Op.ASIN, Op.ACOS, Op.ATAN, Op.ATANH, Op.TRUNCATED_NORMAL,
+}) | LIBM | SPECIAL
 
 
 # Rough CPU cycles per element of the special functions, against 1 for any other
