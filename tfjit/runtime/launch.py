@@ -428,7 +428,6 @@ def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
     if tf.executing_eagerly():
         raise ValueError("TfjitLaunch's GPU kernel is chosen by the node's _kernel label, which "
                          "TensorFlow applies in graph mode: call launch(gpu=True) in a tf.function")
-    from tfjit.runtime.launch_gpu import KERNEL_LABEL
     with tf.compat.v1.get_default_graph()._kernel_label_map({"TfjitLaunch": KERNEL_LABEL}):
         return add()
 
@@ -446,6 +445,9 @@ def clear_cache() -> None:
 
 
 _on_clear: list = []     # what else holds executables (launch_gpu.py's), emptied by clear_cache
+# The _kernel label that selects the GPU kernel (launch_op_gpu.cc's kTfjitGpuLabel); here,
+# not in launch_gpu.py, which imports this module
+KERNEL_LABEL = "tfjit_gpu"
 
 
 def kernel_choices() -> dict:

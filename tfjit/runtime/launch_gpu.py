@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 
 from tfjit.runtime import abi, cuda, launch
 
-KERNEL_LABEL = "tfjit_gpu"      # launch_op_gpu.cc's kTfjitGpuLabel
+KERNEL_LABEL = launch.KERNEL_LABEL
 
 GPU_COMPILE_CALLBACK = ctypes.CFUNCTYPE(
     ctypes.c_int32,
