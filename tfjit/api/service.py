@@ -75,8 +75,9 @@ class CompileService:
         """The registered cluster definition (serialised GraphDef), if any."""
         return self._defs.get(key)
 
-    def get(self, key: str, signature: tuple, name: str = "cluster"):
-        """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss."""
+    def get(self, key: str, signature: tuple, name: str = "cluster", max_kernels: int = 0):
+        """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss
+        (``pipeline.TooLarge`` past ``max_kernels`` kernels, when given)."""
         from tfjit import pipeline   # the compiler, imported only when compiling
         from tfjit.api import dump
         entry = (key, signature)
@@ -87,7 +88,7 @@ class CompileService:
                 return hit
             passes = dump.pass_hook()      # None unless --tfjit_dump_pass_re asks for it
             compiled = pipeline.compile_cluster(self._defs[key], list(signature), name,
-                                                after_pass=passes)
+                                                after_pass=passes, max_kernels=max_kernels)
             self._compiled[entry] = compiled
             self.latest[key] = compiled
             self.compile_counts[key] += 1
@@ -153,9 +154,16 @@ class CompileService:
         if flags.tfjit_enable_lazy_compilation and state.compiles and state.requests[sig] < 2:
             return self._fall_back(key, "lazy compilation: compiled on the next request",
                                    remember=False)
+        from tfjit.pipeline import TooLarge
         try:
             compiled = self.get(key, tuple(signature_of([d for d, _ in signature],
-                                                        [s for _, s in signature])), name=name)
+                                                        [s for _, s in signature])), name=name,
+                                max_kernels=flags.tfjit_auto_max_kernels)
+        except TooLarge as e:    # not a failure: the flags' bound (not tfjit_fallback's business)
+            if not state.failed:
+                log.warning("tfjit: cluster %s runs in TensorFlow: %s", name, e)
+            state.failed = True
+            return self._fall_back(key, f"too large: {e}", remember=True)
         except Exception as e:   # noqa: BLE001 - auto mode: any failure falls back
             if not flags.tfjit_fallback:
                 raise

@@ -187,15 +187,20 @@ def loader(compiler: Compiler) -> str:
 
 
 def compile_module(module: ir.Module, symbols: list, compiler: Compiler,
-                   runtime: list = ()) -> MachineCode:
-    return compile_ir(str(module), symbols, compiler, runtime=runtime)
+                   runtime: list = (), phases=None) -> MachineCode:
+    text = str(module)
+    if phases is not None:
+        phases("LLVM IR text")
+    return compile_ir(text, symbols, compiler, runtime=runtime, phases=phases)
 
 
 def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
-               runtime: list = ()) -> MachineCode:
+               runtime: list = (), phases=None) -> MachineCode:
     """Optimises LLVM IR text and loads its machine code; ``on_object(bytes)`` receives the
     object file (what the persistent cache stores; see ``load_object``).  ``runtime``: the
-    op library's functions the code calls (dot, convolution, parallel_for).
+    op library's functions the code calls (dot, convolution, parallel_for).  ``phases(name)``,
+    when given, is called as each step ends: "LLVM (compile server)" or "LLVM (in process)",
+    then "link and load" (the caller's clock times them: pipeline.CompileProfile).
 
     Code the server made but this process cannot load (no linker at run time, a /tmp
     mounted noexec, ...) says why once, and LLVM runs here from then on."""
@@ -205,14 +210,18 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
             client.start()
         except OSError as e:       # cannot start a process: say so, compile here
             _in_process_from_now_on(f"cannot start the compile server ({e})")
-            return compile_ir(text, symbols, compiler, on_object, runtime)
+            return compile_ir(text, symbols, compiler, on_object, runtime, phases)
         obj, optimized_ir = client.request("compile", text)
+        if phases is not None:
+            phases("LLVM (compile server)")
         try:
             code = load_object(obj, symbols, text, optimized_ir, compiler, runtime,
                                from_cache=False)
         except ValueError as e:
             _in_process_from_now_on(f"cannot load code from the compile server: {e}")
-            return compile_ir(text, symbols, compiler, on_object, runtime)
+            return compile_ir(text, symbols, compiler, on_object, runtime, phases)
+        if phases is not None:
+            phases("link and load")
         if on_object is not None:
             on_object(obj)
         return code
@@ -227,6 +236,8 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
             engine.set_object_cache(lambda _module, obj: on_object(obj))
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
+    if phases is not None:
+        phases("LLVM (in process)")
     return MachineCode(engine, addresses, text, str(mod), compiler)
 
 
