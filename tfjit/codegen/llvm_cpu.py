@@ -100,11 +100,45 @@ def emit_module(name: str, fusions: list, plan, messages: list, target) -> tuple
 
 def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
                  target) -> list:
-    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
+    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps.
+
+    On the CPU, kernels whose row bodies are the same code (the same computation on
+    the same shapes, reading other buffers: a model's repeated blocks) share one body,
+    so LLVM optimises and generates it once; see ``_share_body``."""
     steps = []
+    bodies = None if target.gpu_arch else {}
     for n, f in enumerate(fusions):
-        steps += EMITTERS[f.kind](module, f, plan, bounded_name(f"{prefix}.k{n}"), messages, target)
+        new = EMITTERS[f.kind](module, f, plan, bounded_name(f"{prefix}.k{n}"), messages, target)
+        if bodies is not None:
+            for symbol, _, _ in new:
+                _share_body(module, symbol, bodies)
+        steps += new
     return steps
+
+
+def _share_body(module: ir.Module, symbol: str, bodies: dict) -> None:
+    """Makes kernel ``symbol`` call an earlier kernel's body when its own is the same text
+    (its name aside), and drops its own.  A kernel is a wrapper that loads its buffers'
+    pointers from the launch's array (its slots) and calls its ``.body`` with them, so
+    kernels that differ only in their buffers have equal bodies.  A shared body is not
+    inlined (``noinline``): inlined, LLVM would optimise a copy per caller again; the
+    cost is one call per shard of rows.  Equal text is the test, so a body that names
+    anything of its own (a constant table, a helper function) is never shared."""
+    body = module.globals.get(symbol + ".body")
+    if not isinstance(body, ir.Function):
+        return
+    key = str(body).replace(f'@"{body.name}"', "@body", 1)
+    first = bodies.setdefault(key, body)
+    if first is body:
+        return
+    wrapper = module.globals[symbol]
+    for block in wrapper.blocks:
+        for instr in block.instructions:
+            if isinstance(instr, ir.CallInstr) and instr.callee is body:
+                instr.replace_callee(first)
+    del module.globals[body.name]
+    first.attributes.discard("alwaysinline")
+    first.attributes.add("noinline")
 
 
 def _library(module, f, plan, name, messages, target) -> list:
