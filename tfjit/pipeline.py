@@ -20,6 +20,7 @@ JIT, tfjit-aot and the GPU alike.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import time
@@ -36,6 +37,60 @@ from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions
 from tfjit.runtime import cuda, launch, launch_gpu
+
+
+class CompileProfile:
+    """Where compile time goes: seconds per phase, summed over the compiles (and the
+    front doors' first calls) made while ``profiling()`` is on.
+
+    Phases are marked in the order they run: ``mark(phase)`` books the time since the
+    previous mark (or ``restart``) to ``phase``.  The front doors (api/function.py)
+    add what is theirs (tracing, marking, the first run) with ``add``."""
+
+    def __init__(self):
+        self.seconds: dict = {}
+        self.compiles = 0
+        self._last = time.perf_counter()
+
+    def restart(self) -> None:
+        self._last = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.add(phase, now - self._last)
+        self._last = now
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+_profile: CompileProfile | None = None      # on only inside ``profiling()``
+
+
+@contextlib.contextmanager
+def profiling():
+    """Records compile phases while the block runs (in every thread: the launch op
+    compiles lazily on TensorFlow's); yields the ``CompileProfile``.  Off, a phase
+    costs one test of a module global."""
+    global _profile
+    outer, _profile = _profile, CompileProfile()
+    try:
+        yield _profile
+    finally:
+        _profile = outer
+
+
+def profile() -> CompileProfile | None:
+    """The profile being recorded, if any (the front doors add their phases to it)."""
+    return _profile
+
+
+def _mark(phase: str) -> None:
+    if _profile is not None:
+        _profile.mark(phase)
 
 
 @dataclasses.dataclass
@@ -106,15 +161,19 @@ def optimize(m: Module, options: Options | None = None, after_pass=None) -> Opti
     dumps (api/dump.py, --tfjit_dump_pass_re) hook in here."""
     options = options or Options.from_flags()
     o = Optimized(m, text.module_str(m))
+    _mark("IR text")
     if options.verify:
         verify.module(m, "lowering")
     for seq, step in zip(itertools.count(), PIPELINE):
         result = step.run(o)
+        _mark(step.name)
         if options.verify:
             step.verify(o)
         if after_pass is not None:
             after_pass(seq, step.name, m, result)
+        _mark("verify and dumps")
     o.after = text.module_str(m)
+    _mark("IR text")
     return o
 
 
@@ -166,6 +225,12 @@ def jit_target() -> Target:
                   onednn=settings.onednn_enabled(), compiler=compiler)
 
 
+class TooLarge(Exception):
+    """A cluster past the size bound it was compiled under (``max_kernels``): auto mode
+    runs it in TensorFlow instead, with this reason.  Compile time grows with the kernels
+    (LLVM optimises each: ~10 ms apiece on one core), so the bound caps it before LLVM."""
+
+
 @dataclasses.dataclass
 class Compiled:
     """Everything one compilation produced, for execution and introspection."""
@@ -187,12 +252,17 @@ class Compiled:
 
 
 def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=None,
-                    constants: dict | None = None) -> Compiled:
-    """Compiles one cluster for one input signature [(DType, shape)] (the JIT);
-    ``constants`` {input: numpy value}: the values of its constant arguments."""
+                    constants: dict | None = None, max_kernels: int = 0) -> Compiled:
+    """Compiles one cluster for one input signature [(DType, shape)] (the JIT).
+    ``constants`` {input: numpy value}: the values of its constant arguments;
+    ``max_kernels`` (0: none): raise TooLarge for more kernels than that after fusion."""
     start = time.perf_counter()
+    if _profile is not None:
+        _profile.restart()
+        _profile.compiles += 1
     m = lower_cluster(Graph.from_bytes(cluster_def), signature, name, constants)
-    compiled = compile_module(m, name, after_pass)
+    _mark("lower")
+    compiled = compile_module(m, name, after_pass, max_kernels)
     compiled.signature = signature
     compiled.cluster_def = cluster_def
     compiled.constants = dict(constants or {})
@@ -200,16 +270,23 @@ def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=N
     return compiled
 
 
-def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
+def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) -> Compiled:
     """The JIT for a lowered (or parsed) module: optimize, emit for this process's CPU,
-    machine code, and the executable the launch op runs."""
+    machine code, and the executable the launch op runs (TooLarge past ``max_kernels``)."""
     start = time.perf_counter()
+    if _profile is not None:
+        _profile.restart()
     signature = [(p.dtype, p.shape) for p in m.params]
     o = optimize(m, after_pass=after_pass)
+    kernels = sum(1 for _ in fusion.walk(o.fusions))
+    if max_kernels and kernels > max_kernels:
+        raise TooLarge(f"{kernels} kernels after fusion, more than the {max_kernels} that "
+                       "auto mode compiles (--tfjit_auto_max_kernels)")
     target = jit_target()
     e = emit(o, target, name)
+    _mark("emit LLVM IR")
     code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], target.compiler,
-                                   runtime=e.runtime)
+                                   runtime=e.runtime, phases=_mark if _profile else None)
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],
@@ -225,6 +302,7 @@ def compile_module(m: Module, name: str, after_pass=None) -> Compiled:
         update_in_place=o.plan.update_in_place,
         keepalive=code,
         runtime=e.runtime)
+    _mark("executable")
     return Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
                     time.perf_counter() - start)
 

@@ -3,6 +3,7 @@
     python tools/train_bench.py                      # every workload, timings in one process
     python tools/train_bench.py --only mlp --runs 30
     python tools/train_bench.py --memory             # also peak RSS, one process per mode
+    python tools/train_bench.py --compile-profile    # where tfjit's first call goes, per phase
 
 Workloads (issue 4's targets):
 
@@ -22,6 +23,14 @@ mode alike.  ``--memory`` reruns each (workload, mode) in a fresh process and
 reports its peak resident set size (VmHWM), and for tfjit also that of its LLVM
 compile server (a process of its own; see codegen/jit_server.py).  Nothing is
 asserted.
+
+``--compile-profile`` times the first call of each workload, and of a
+``train_on_batch`` of each Keras model of tests/test_keras_models.py
+(``keras_*``), in fresh processes that are warm (the compile server up, the op
+library loaded, one small function compiled by tfjit and one by XLA before) and
+without the persistent cache; tfjit's first call is broken down by phase
+(``pipeline.profiling``), with XLA's first call beside it.  Medians over
+``--processes`` processes per mode.  See tools/compile_profile.py.
 """
 from __future__ import annotations
 
@@ -215,15 +224,24 @@ def _ratio(a, b) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--only", nargs="*", choices=sorted(WORKLOADS), help="workloads to run")
+    from tools.compile_profile import KERAS_MODELS
+    ap.add_argument("--only", nargs="*", help="workloads to run",
+                    choices=sorted(WORKLOADS) + ["keras_" + m for m in KERAS_MODELS])
     ap.add_argument("--memory", action="store_true", help="also peak RSS per mode (slow)")
+    ap.add_argument("--compile-profile", action="store_true",
+                    help="where tfjit's first call goes, per phase, beside XLA's first call")
+    ap.add_argument("--processes", type=int, default=3,
+                    help="--compile-profile: fresh processes per workload and mode")
     args = ap.parse_args(argv)
+    if args.compile_profile:
+        from tools import compile_profile
+        return compile_profile.main(args.only, args.processes)
     print(f"machine: {os.cpu_count()} cores; TF {tf.__version__}; medians of {args.runs} "
           "steps, timed round-robin\n")
     print("| workload | TF graph ms | TF XLA ms | tfjit ms | vs TF graph | vs XLA "
           "| first call ms (graph / XLA / tfjit) |")
     print("|---|---|---|---|---|---|---|")
-    names = args.only or list(WORKLOADS)
+    names = [n for n in args.only or WORKLOADS if n in WORKLOADS]   # keras_*: profile only
     for name in names:
         r = time_modes(name, args.runs)
         first = " / ".join(f"{r.get(m + ' first', float('nan')):.0f}" for m in MODES)

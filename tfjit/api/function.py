@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -154,6 +155,10 @@ class Function:
                 entry = self._entries.get(key) or self._build(call)
                 if entry.cacheable:
                     self._entries[key] = entry
+            profile = _compile_profile()
+            if profile is not None and not isinstance(entry, _InTensorFlow) \
+                    and tf.executing_eagerly():
+                return _first_run(profile, entry, call.inputs())
         if isinstance(entry, _InTensorFlow):
             return self._tf(*args, **kwargs)
         return entry(call.inputs())
@@ -167,8 +172,12 @@ class Function:
     def _build(self, call):
         """Traces the call (binding.py: its inputs are the call's tensor leaves, in
         parameter order) and compiles it, or auto-clusters it (jit_compile=None)."""
+        profile = _compile_profile()
+        start = time.perf_counter()
         traced = tf.function(binding.traceable(self._fn, call), **self._trace_options)
         cf = traced.get_concrete_function(*call.specs())
+        if profile is not None:
+            profile.add("trace", time.perf_counter() - start)
         if self.jit_compile is None:
             from tfjit.api.autocluster import AutoEntry
             return AutoEntry(cf)
@@ -187,6 +196,8 @@ class Function:
         return _InTensorFlow(error.message)
 
     def _must_compile(self, cf):
+        profile = _compile_profile()
+        start = time.perf_counter()
         graph = Graph(cf.graph.as_graph_def())
         graph_name = cf.graph.name
         refused = [(n, graph.nodes[n].op, r) for n, r in mark(graph).items() if r]
@@ -194,24 +205,32 @@ class Function:
             return self._refuse(errors.unsupported(graph_name, refused, cf.graph))
         inputs = [(t.op.name, t.value_index) for t in cf.inputs]
         outputs = [(t.op.name, t.value_index) for t in cf.outputs]
-        names = [n for n in graph.nodes if n not in {i[0] for i in inputs}]
+        input_nodes = {i[0] for i in inputs}
+        names = [n for n in graph.nodes if n not in input_nodes]
         info = tensor_info(cf.graph)
         spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs, name=graph_name)
         SERVICE.install()
         SERVICE.register(spec.key, spec.graph_def, name=_safe(graph_name),
                          describe=_describer(graph_name, cf.graph))
         signature = _signature(cf)
+        if profile is not None:
+            profile.add("graph, marking, clustering", time.perf_counter() - start)
         if signature is None or spec.constant_args:   # compiled by the launch op, per concrete
             # signature (and per value of the constant arguments)
             fallback = cf if self.fall_back and not tf.executing_eagerly() else None
             return _Entry(None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
                           fallback=fallback)
         from tfjit.lower.graph_to_ir import LoweringError
-        try:
-            compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name))
+        from tfjit.pipeline import TooLarge
+        from tfjit.settings import flags
+        try:    # a function that may fall back does past auto mode's size bound
+            compiled = SERVICE.get(spec.key, signature, name=_safe(graph_name),
+                                   max_kernels=flags().tfjit_auto_max_kernels if self.fall_back else 0)
         except LoweringError as e:
             return self._refuse(errors.unsupported(graph_name, [(e.node, e.op, e.reason)], cf.graph,
                                                    frame_node=e.caller))
+        except TooLarge as e:
+            return self._refuse(tf.errors.InvalidArgumentError(None, None, f"{graph_name}: {e}"))
         # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
         # unknown, e.g. FusedBatchNormV3's reserve_space_3
         return _Entry(compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False)
@@ -297,6 +316,23 @@ class Function:
         if isinstance(entry, _Entry):
             return [(entry.spec.name, entry.spec.nodes, entry.latest())]
         return entry.clusters()
+
+
+def _compile_profile():
+    """The compile profile being recorded (pipeline.profiling), if any; asked only on the
+    way to a compile, where the pipeline is imported anyway."""
+    from tfjit import pipeline
+    return pipeline.profile()
+
+
+def _first_run(profile, entry, inputs):
+    """Runs a new signature's first call (eagerly: it has run when this returns), booking
+    its time to "first run", less the compile phases booked meanwhile (a lazily compiled
+    signature compiles in it)."""
+    before, start = profile.total(), time.perf_counter()
+    out = entry(inputs)
+    profile.add("first run", time.perf_counter() - start - (profile.total() - before))
+    return out
 
 
 def _signature(cf):

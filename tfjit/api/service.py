@@ -90,8 +90,10 @@ class CompileService:
         """The registered cluster definition (serialised GraphDef), if any."""
         return self._defs.get(key)
 
-    def get(self, key: str, signature: tuple, name: str = "cluster", constants: dict | None = None):
-        """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss.
+    def get(self, key: str, signature: tuple, name: str = "cluster", constants: dict | None = None,
+            max_kernels: int = 0):
+        """The compiled cluster for ``signature`` ((DType, shape) pairs), compiling on a miss
+        (``pipeline.TooLarge`` past ``max_kernels`` kernels, when given).
 
         ``constants`` {input: numpy value}: the values of its constant arguments; a value
         not compiled before, once the cluster has compiled
@@ -114,7 +116,8 @@ class CompileService:
                     "value is compiled separately (--tfjit_max_constant_argument_variants)")
             passes = dump.pass_hook()      # None unless --tfjit_dump_pass_re asks for it
             compiled = pipeline.compile_cluster(self._defs[key], list(signature), name,
-                                                after_pass=passes, constants=constants)
+                                                after_pass=passes, constants=constants,
+                                                max_kernels=max_kernels)
             if values:
                 self.variants[key].add(values)
             self._compiled[entry] = compiled
@@ -226,15 +229,21 @@ class CompileService:
         if flags.tfjit_enable_lazy_compilation and state.compiles and state.requests[sig] < 2:
             return self._fall_back(key, "lazy compilation: compiled on the next request",
                                    remember=False)
+        from tfjit.pipeline import TooLarge
         try:
             compiled = self.get(key, tuple(signature_of([d for d, _ in signature],
                                                         [s for _, s in signature])), name=name,
-                                constants=constants)
+                                constants=constants, max_kernels=flags.tfjit_auto_max_kernels)
         except TooManyVariants as e:
             if not state.too_many_variants:
                 log.warning("%s: new values run in TensorFlow", e)
             state.too_many_variants = True
             return self._fall_back(key, str(e), remember=True)
+        except TooLarge as e:    # not a failure: the flags' bound (not tfjit_fallback's business)
+            if not state.failed:
+                log.warning("tfjit: cluster %s runs in TensorFlow: %s", name, e)
+            state.failed = True
+            return self._fall_back(key, f"too large: {e}", remember=True)
         except Exception as e:   # noqa: BLE001 - auto mode: any failure falls back
             if not flags.tfjit_fallback:
                 raise

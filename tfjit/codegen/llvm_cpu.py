@@ -100,11 +100,45 @@ def emit_module(name: str, fusions: list, plan, messages: list, target) -> tuple
 
 def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
                  target) -> list:
-    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps."""
+    """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps.
+
+    On the CPU, kernels whose row bodies are the same code (the same computation on
+    the same shapes, reading other buffers: a model's repeated blocks) share one body,
+    so LLVM optimises and generates it once; see ``_share_body``."""
     steps = []
+    bodies = None if target.gpu_arch else {}
     for n, f in enumerate(fusions):
-        steps += EMITTERS[f.kind](module, f, plan, bounded_name(f"{prefix}.k{n}"), messages, target)
+        new = EMITTERS[f.kind](module, f, plan, bounded_name(f"{prefix}.k{n}"), messages, target)
+        if bodies is not None:
+            for symbol, _, _ in new:
+                _share_body(module, symbol, bodies)
+        steps += new
     return steps
+
+
+def _share_body(module: ir.Module, symbol: str, bodies: dict) -> None:
+    """Makes kernel ``symbol`` call an earlier kernel's body when its own is the same text
+    (its name aside), and drops its own.  A kernel is a wrapper that loads its buffers'
+    pointers from the launch's array (its slots) and calls its ``.body`` with them, so
+    kernels that differ only in their buffers have equal bodies.  A shared body is not
+    inlined (``noinline``): inlined, LLVM would optimise a copy per caller again; the
+    cost is one call per shard of rows.  Equal text is the test, so a body that names
+    anything of its own (a constant table, a helper function) is never shared."""
+    body = module.globals.get(symbol + ".body")
+    if not isinstance(body, ir.Function):
+        return
+    key = str(body).replace(f'@"{body.name}"', "@body", 1)
+    first = bodies.setdefault(key, body)
+    if first is body:
+        return
+    wrapper = module.globals[symbol]
+    for block in wrapper.blocks:
+        for instr in block.instructions:
+            if isinstance(instr, ir.CallInstr) and instr.callee is body:
+                instr.replace_callee(first)
+    del module.globals[body.name]
+    first.attributes.discard("alwaysinline")
+    first.attributes.add("noinline")
 
 
 def _library(module, f, plan, name, messages, target) -> list:
@@ -187,15 +221,20 @@ def loader(compiler: Compiler) -> str:
 
 
 def compile_module(module: ir.Module, symbols: list, compiler: Compiler,
-                   runtime: list = ()) -> MachineCode:
-    return compile_ir(str(module), symbols, compiler, runtime=runtime)
+                   runtime: list = (), phases=None) -> MachineCode:
+    text = str(module)
+    if phases is not None:
+        phases("LLVM IR text")
+    return compile_ir(text, symbols, compiler, runtime=runtime, phases=phases)
 
 
 def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
-               runtime: list = ()) -> MachineCode:
+               runtime: list = (), phases=None) -> MachineCode:
     """Optimises LLVM IR text and loads its machine code; ``on_object(bytes)`` receives the
     object file (what the persistent cache stores; see ``load_object``).  ``runtime``: the
-    op library's functions the code calls (dot, convolution, parallel_for).
+    op library's functions the code calls (dot, convolution, parallel_for).  ``phases(name)``,
+    when given, is called as each step ends: "LLVM (compile server)" or "LLVM (in process)",
+    then "link and load" (the caller's clock times them: pipeline.CompileProfile).
 
     Code the server made but this process cannot load (no linker at run time, a /tmp
     mounted noexec, ...) says why once, and LLVM runs here from then on."""
@@ -205,14 +244,18 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
             client.start()
         except OSError as e:       # cannot start a process: say so, compile here
             _in_process_from_now_on(f"cannot start the compile server ({e})")
-            return compile_ir(text, symbols, compiler, on_object, runtime)
+            return compile_ir(text, symbols, compiler, on_object, runtime, phases)
         obj, optimized_ir = client.request("compile", text)
+        if phases is not None:
+            phases("LLVM (compile server)")
         try:
             code = load_object(obj, symbols, text, optimized_ir, compiler, runtime,
                                from_cache=False)
         except ValueError as e:
             _in_process_from_now_on(f"cannot load code from the compile server: {e}")
-            return compile_ir(text, symbols, compiler, on_object, runtime)
+            return compile_ir(text, symbols, compiler, on_object, runtime, phases)
+        if phases is not None:
+            phases("link and load")
         if on_object is not None:
             on_object(obj)
         return code
@@ -227,6 +270,8 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
             engine.set_object_cache(lambda _module, obj: on_object(obj))
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
+    if phases is not None:
+        phases("LLVM (in process)")
     return MachineCode(engine, addresses, text, str(mod), compiler)
 
 

@@ -108,15 +108,18 @@ def unpack_payload(payload: bytes, source: bytes, symbols: list = ()) -> tuple:
 
 def compile_module(module, symbols: list, compiler: Compiler,
                    cache: diskcache.DiskCache | None = None,
-                   runtime: list = ()) -> llvm_cpu.MachineCode:
+                   runtime: list = (), phases=None) -> llvm_cpu.MachineCode:
     """``llvm_cpu.compile_module`` through the persistent cache (the flags' directory unless
-    ``cache`` is given; straight compilation when the cache is off)."""
+    ``cache`` is given; straight compilation when the cache is off).  ``phases(name)``, when
+    given, is called as each step ends (``llvm_cpu.compile_ir``; "disk cache")."""
     cache = cache if cache is not None else diskcache.active()
     if cache is None:
-        return llvm_cpu.compile_module(module, symbols, compiler, runtime)
+        return llvm_cpu.compile_module(module, symbols, compiler, runtime, phases)
     text = str(module)
     key, source = cache_key(text, environment(compiler)), source_digest(text, symbols)
     payload = cache.get(key)        # verified against the key and its checksum, or None
+    if phases is not None:
+        phases("disk cache")
     if payload is not None:
         try:
             obj, optimized_ir = unpack_payload(payload, source, symbols)
@@ -125,7 +128,7 @@ def compile_module(module, symbols: list, compiler: Compiler,
             cache.reject(key, str(e))
     objects = []
     code = llvm_cpu.compile_ir(text, symbols, compiler, on_object=objects.append,
-                               runtime=runtime)
+                               runtime=runtime, phases=phases)
     if len(objects) == 1:            # one module makes one object
         cache.put(key, pack_payload(objects[0], code.optimized_ir, source))
     return code

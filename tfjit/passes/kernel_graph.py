@@ -1,0 +1,72 @@
+"""The graph of kernels (who reads whose roots), for merging kernels without cycles.
+
+Sibling merging (passes/fusion.py) asks, for thousands of kernel pairs, whether one
+kernel depends on the other, and merges kernels as it goes.  A walk over all
+producers per question made that quadratic in the kernels; here every kernel has
+a level above the kernels it reads, kept so through merges, and a walk for "a
+depends on t" never goes below t's level (siblings sit at nearby levels).
+"""
+from __future__ import annotations
+
+
+class KernelGraph:
+    """The kernel graph (who reads whose roots) with a level per kernel, every kernel
+    above the kernels it reads, kept so through merges: "a depends on t" is then a
+    walk over a's producers that never goes below t's level."""
+
+    def __init__(self, fusions: list, rd: dict, owner: dict):
+        """``rd``: the buffers each kernel reads (``fusion.reads``); ``owner``: the
+        kernel of each instruction."""
+        self.producers = {f: {owner[r] for r in rd[f] if r in owner} - {f} for f in fusions}
+        self.consumers = {f: set() for f in fusions}
+        for f, ps in self.producers.items():
+            for p in ps:
+                self.consumers[p].add(f)
+        self.level: dict = {}
+        for f in fusions:            # iterative: chains of thousands of kernels
+            stack = [f]
+            while stack:
+                g = stack[-1]
+                if g in self.level:
+                    stack.pop()
+                    continue
+                todo = [p for p in self.producers[g] if p not in self.level]
+                if todo:
+                    stack += todo
+                    continue
+                self.level[g] = 1 + max((self.level[p] for p in self.producers[g]), default=0)
+                stack.pop()
+
+    def depends(self, a, t) -> bool:
+        """Does kernel a (transitively) read what kernel t writes?"""
+        floor = self.level[t]
+        if self.level[a] <= floor:
+            return False
+        stack, seen = [a], {a}
+        while stack:
+            for p in self.producers[stack.pop()]:
+                if p is t:
+                    return True
+                if p not in seen and self.level[p] > floor:
+                    seen.add(p)
+                    stack.append(p)
+        return False
+
+    def merge(self, x, y) -> None:
+        """y's instructions now belong to x (x and y are independent)."""
+        for p in self.producers.pop(y):
+            self.consumers[p].discard(y)
+            self.consumers[p].add(x)
+            self.producers[x].add(p)
+        for c in self.consumers.pop(y):
+            self.producers[c].discard(y)
+            self.producers[c].add(x)
+            self.consumers[x].add(c)
+        self.level[x] = max(self.level[x], self.level.pop(y))
+        stack = [x]
+        while stack:                 # lift x's consumers above it, and theirs above them
+            f = stack.pop()
+            for c in self.consumers[f]:
+                if self.level[c] <= self.level[f]:
+                    self.level[c] = self.level[f] + 1
+                    stack.append(c)
