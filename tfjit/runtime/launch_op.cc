@@ -87,6 +87,7 @@
 #include "abi.h"
 #include "arena.h"
 #include "launch_common.h"
+#include "launch_outputs.h"
 #include "runtime.h"
 #include "variables.h"
 
@@ -320,82 +321,14 @@ class TfjitLaunchOp : public AsyncOpKernel {
     return ValidateExecutable(ctx, cluster_, exe);
   }
 
-  // Outputs that ARE inputs are set first: they then hold a reference to the
-  // input's buffer, so forward_input_or_allocate_output cannot hand it out.
-  // Variable updates (the trailing outputs) go to fresh temporaries in
-  // `updates` (one per update), written to their variables by Run once every
-  // kernel succeeded.
-  absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
-                          const TfjitExecutable& exe, void** bufs,
-                          absl::InlinedVector<Tensor, 4>* updates,
-                          absl::InlinedVector<bool, 4>* in_place) {
-    const int node_outputs = exe.num_outputs - exe.num_updates;
-    absl::InlinedVector<TensorShape, 4> shapes(exe.num_outputs);
-    const int64_t* dims = exe.output_dims;
-    for (int o = 0; o < exe.num_outputs; ++o) {
-      const int rank = exe.output_ranks[o];
-      absl::Status s = TensorShape::BuildTensorShape(absl::Span<const int64_t>(dims, rank),
-                                                     &shapes[o]);
-      dims += rank;
-      if (!s.ok()) {
-        return Invalid("tfjit cluster ", cluster_, ": invalid shape for output ", o, ": ",
-                       s.message());
-      }
-      const int32_t src = exe.output_source[o];
-      if (src < 0) continue;
-      const Tensor& input = vars.value(ctx, src);
-      if (input.shape() != shapes[o]) {
-        return Invalid("tfjit cluster ", cluster_, ": output ", o, " is input ", src,
-                       " of shape ", input.shape().DebugString(), ", expected ",
-                       shapes[o].DebugString());
-      }
-      if (o < node_outputs) {
-        ctx->set_output(o, input);
-      } else {
-        (*updates)[o - node_outputs] = input;
-      }
-      bufs[o] = Data(input);
-    }
-    for (int o = 0; o < exe.num_outputs; ++o) {
-      if (exe.output_source[o] >= 0) continue;
-      if (o >= node_outputs) {
-        const int u = o - node_outputs;
-        Var* var = vars.var(exe.update_input[u]);
-        Tensor* current = var->tensor();
-        if (exe.update_in_place[u] && !var->copy_on_read_mode.load() && current->RefCountIsOne() &&
-            current->shape() == shapes[o] && current->dtype() == exe.output_dtypes[o]) {
-          bufs[o] = Data(*current);
-          (*in_place)[u] = true;      // nothing to swap in afterwards
-          continue;
-        }
-        Tensor update;
-        TF_RETURN_IF_ERROR(ctx->allocate_temp(static_cast<DataType>(exe.output_dtypes[o]),
-                                              shapes[o], &update));
-        bufs[o] = Data(update);
-        (*updates)[o - node_outputs] = std::move(update);
-        continue;
-      }
-      Tensor* out = nullptr;
-      int forwarded = -1;
-      if (exe.output_forward[o] >= 0) {
-        TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output(
-            {exe.output_forward[o]}, o, shapes[o], &out, &forwarded));
-      } else {
-        TF_RETURN_IF_ERROR(ctx->allocate_output(o, shapes[o], &out));
-      }
-      bufs[o] = Data(*out);
-      if (forwarded < 0) tfjit::AdviseHugePages(bufs[o], out->TotalBytes());
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status Run(OpKernelContext* ctx, const Variables& vars, const TfjitExecutable& exe) {
     const int n_in = exe.num_inputs, n_out = exe.num_outputs, n_tmp = exe.num_temps;
     absl::InlinedVector<void*, 16> bufs(n_in + n_out + n_tmp + 2, nullptr);
     for (int i = 0; i < n_in; ++i) bufs[i] = Data(vars.value(ctx, i));
     absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
     absl::InlinedVector<bool, 4> in_place(exe.num_updates, false);
-    TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs.data() + n_in, &updates, &in_place));
+    TF_RETURN_IF_ERROR(tfjit::SetOutputs(ctx, vars, cluster_, exe, bufs.data() + n_in, &updates,
+                                         &in_place, tfjit::AdviseHugePages));
     Tensor arena;      // back to the cache when this launch ends (arena.h)
     if (n_tmp > 0) {
       arena = tfjit::Arenas().Take(&exe, exe.arena_bytes);

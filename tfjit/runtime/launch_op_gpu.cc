@@ -74,6 +74,7 @@
 #include "cuda_driver.h"
 #include "gpu_abi.h"
 #include "launch_common.h"
+#include "launch_outputs.h"
 #include "variables.h"
 
 extern "C" {
@@ -328,64 +329,6 @@ class TfjitLaunchGpuOp : public AsyncOpKernel {
     return ValidateExecutable(ctx, cluster_, exe);
   }
 
-  // Outputs and updates into bufs[n_in...] (the CPU kernel's SetOutputs, on the device).
-  absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
-                          const TfjitExecutable& exe, uint64_t* bufs, Launch* launch) {
-    const int node_outputs = exe.num_outputs - exe.num_updates;
-    launch->updates.resize(exe.num_updates);
-    launch->in_place.assign(exe.num_updates, false);
-    const int64_t* dims = exe.output_dims;
-    absl::InlinedVector<TensorShape, 4> shapes(exe.num_outputs);
-    for (int o = 0; o < exe.num_outputs; ++o) {
-      const int rank = exe.output_ranks[o];
-      TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape(
-          absl::Span<const int64_t>(dims, rank), &shapes[o]));
-      dims += rank;
-      const int32_t src = exe.output_source[o];
-      if (src < 0) continue;
-      const Tensor& input = vars.value(ctx, src);
-      if (input.shape() != shapes[o]) {
-        return Invalid("tfjit cluster ", cluster_, ": output ", o, " is input ", src,
-                       " of shape ", input.shape().DebugString(), ", expected ",
-                       shapes[o].DebugString());
-      }
-      if (o < node_outputs) {
-        ctx->set_output(o, input);
-      } else {
-        launch->updates[o - node_outputs] = input;
-      }
-      bufs[o] = reinterpret_cast<uint64_t>(Data(input));
-    }
-    for (int o = 0; o < exe.num_outputs; ++o) {
-      if (exe.output_source[o] >= 0) continue;
-      if (o >= node_outputs) {
-        const int u = o - node_outputs;
-        Var* var = vars.var(exe.update_input[u]);
-        Tensor* current = var->tensor();
-        if (exe.update_in_place[u] && !var->copy_on_read_mode.load() &&
-            current->RefCountIsOne() && current->shape() == shapes[o] &&
-            current->dtype() == exe.output_dtypes[o]) {
-          bufs[o] = reinterpret_cast<uint64_t>(Data(*current));
-          launch->in_place[u] = true;
-          continue;
-        }
-        TF_RETURN_IF_ERROR(ctx->allocate_temp(static_cast<DataType>(exe.output_dtypes[o]),
-                                              shapes[o], &launch->updates[u]));
-        bufs[o] = reinterpret_cast<uint64_t>(Data(launch->updates[u]));
-        continue;
-      }
-      Tensor* out = nullptr;
-      if (exe.output_forward[o] >= 0) {
-        TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output(
-            {exe.output_forward[o]}, o, shapes[o], &out));
-      } else {
-        TF_RETURN_IF_ERROR(ctx->allocate_output(o, shapes[o], &out));
-      }
-      bufs[o] = reinterpret_cast<uint64_t>(Data(*out));
-    }
-    return absl::OkStatus();
-  }
-
   // Allocates, copies the buffer table in and enqueues every step and the status
   // read-back on `stream`; nothing here waits for the GPU.
   absl::Status Enqueue(OpKernelContext* ctx, const Variables& vars, const TfjitGpuExecutable& gpu,
@@ -412,7 +355,12 @@ class TfjitLaunchGpuOp : public AsyncOpKernel {
     std::memset(host, 0, table_at);                          // the status starts at 0
     uint64_t* bufs = reinterpret_cast<uint64_t*>(host + table_at);
     for (int i = 0; i < n_in; ++i) bufs[i] = reinterpret_cast<uint64_t>(Data(vars.value(ctx, i)));
-    TF_RETURN_IF_ERROR(SetOutputs(ctx, vars, exe, bufs + n_in, launch));
+    launch->updates.resize(exe.num_updates);
+    launch->in_place.assign(exe.num_updates, false);
+    absl::InlinedVector<void*, 8> outputs(n_out, nullptr);
+    TF_RETURN_IF_ERROR(tfjit::SetOutputs(ctx, vars, cluster_, exe, outputs.data(),
+                                         &launch->updates, &launch->in_place));
+    for (int o = 0; o < n_out; ++o) bufs[n_in + o] = reinterpret_cast<uint64_t>(outputs[o]);
     for (int t = 0; t < n_tmp; ++t) bufs[n_in + n_out + t] = device + arena_at + exe.temp_offsets[t];
     bufs[n_in + n_out + n_tmp] = device;                     // status
     bufs[n_in + n_out + n_tmp + 1] = 0;                      // no RuntimeContext on the GPU

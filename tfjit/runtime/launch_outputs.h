@@ -1,0 +1,95 @@
+// The output setup both TfjitLaunch kernels share (launch_op.cc, launch_op_gpu.cc):
+// outputs that are inputs, variable updates in place or in fresh temporaries, and
+// allocated or forwarded outputs.
+#ifndef TFJIT_RUNTIME_LAUNCH_OUTPUTS_H_
+#define TFJIT_RUNTIME_LAUNCH_OUTPUTS_H_
+
+#include <string>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/status/status.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "abi.h"
+#include "launch_common.h"
+#include "variables.h"
+
+namespace tensorflow {
+namespace tfjit {
+
+// Outputs that ARE inputs are set first: they then hold a reference to the
+// input's buffer, so forward_input_or_allocate_output cannot hand it out.
+// Variable updates (the trailing outputs) go to fresh temporaries in
+// `updates` (one per update), written to their variables by Run once every
+// kernel succeeded.  bufs[o] gets output o's data; fresh_output (if set) is called
+// on each newly allocated output (the CPU kernel's huge-page advice).
+inline absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
+                               const std::string& cluster, const TfjitExecutable& exe,
+                               void** bufs, absl::InlinedVector<Tensor, 4>* updates,
+                               absl::InlinedVector<bool, 4>* in_place,
+                               void (*fresh_output)(void* data, size_t bytes) = nullptr) {
+  const int node_outputs = exe.num_outputs - exe.num_updates;
+  absl::InlinedVector<TensorShape, 4> shapes(exe.num_outputs);
+  const int64_t* dims = exe.output_dims;
+  for (int o = 0; o < exe.num_outputs; ++o) {
+    const int rank = exe.output_ranks[o];
+    absl::Status s = TensorShape::BuildTensorShape(absl::Span<const int64_t>(dims, rank),
+                                                   &shapes[o]);
+    dims += rank;
+    if (!s.ok()) {
+      return Invalid("tfjit cluster ", cluster, ": invalid shape for output ", o, ": ",
+                     s.message());
+    }
+    const int32_t src = exe.output_source[o];
+    if (src < 0) continue;
+    const Tensor& input = vars.value(ctx, src);
+    if (input.shape() != shapes[o]) {
+      return Invalid("tfjit cluster ", cluster, ": output ", o, " is input ", src,
+                     " of shape ", input.shape().DebugString(), ", expected ",
+                     shapes[o].DebugString());
+    }
+    if (o < node_outputs) {
+      ctx->set_output(o, input);
+    } else {
+      (*updates)[o - node_outputs] = input;
+    }
+    bufs[o] = Data(input);
+  }
+  for (int o = 0; o < exe.num_outputs; ++o) {
+    if (exe.output_source[o] >= 0) continue;
+    if (o >= node_outputs) {
+      const int u = o - node_outputs;
+      Var* var = vars.var(exe.update_input[u]);
+      Tensor* current = var->tensor();
+      if (exe.update_in_place[u] && !var->copy_on_read_mode.load() && current->RefCountIsOne() &&
+          current->shape() == shapes[o] && current->dtype() == exe.output_dtypes[o]) {
+        bufs[o] = Data(*current);
+        (*in_place)[u] = true;      // nothing to swap in afterwards
+        continue;
+      }
+      Tensor update;
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(static_cast<DataType>(exe.output_dtypes[o]),
+                                            shapes[o], &update));
+      bufs[o] = Data(update);
+      (*updates)[o - node_outputs] = std::move(update);
+      continue;
+    }
+    Tensor* out = nullptr;
+    int forwarded = -1;
+    if (exe.output_forward[o] >= 0) {
+      TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output(
+          {exe.output_forward[o]}, o, shapes[o], &out, &forwarded));
+    } else {
+      TF_RETURN_IF_ERROR(ctx->allocate_output(o, shapes[o], &out));
+    }
+    bufs[o] = Data(*out);
+    if (forwarded < 0 && fresh_output != nullptr) fresh_output(bufs[o], out->TotalBytes());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tfjit
+}  // namespace tensorflow
+
+#endif  // TFJIT_RUNTIME_LAUNCH_OUTPUTS_H_
