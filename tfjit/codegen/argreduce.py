@@ -183,13 +183,7 @@ class ArgReductionRows:
         it = I32 if n < 2 ** 31 else I64      # narrow indices: more lanes a vector
         width = f.column_block
         out_shape = root.shape
-        blocks = _math.ceil(out_shape[-1] / width)
-        chunk = b.srem(row, i64(f.split))
-        row = b.sdiv(row, i64(f.split))
-        prefix = self._unravel(b.sdiv(row, i64(blocks)), out_shape[:-1])
-        start = b.mul(b.srem(row, i64(blocks)), i64(width))
-        stop = b.add(start, i64(width))
-        stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
+        chunk, prefix, first, start, stop = self._column_block_bounds(row, out_shape)
         best = self._entry_alloca(t, width)
         where = self._entry_alloca(it, width)
 
@@ -222,7 +216,6 @@ class ArgReductionRows:
                 for s in self.plan.slots[root]:
                     self._store(s, root, prefix + (o,), out)
             return
-        first = b.mul(b.sdiv(row, i64(blocks)), i64(out_shape[-1]))   # outputs before the prefix's
         with for_range(b, start, stop, "o") as o:
             self._store_partial(b.add(b.mul(b.add(first, o), i64(f.split)), chunk),
                                 b.load(at(best, t, o), typ=t), index(o))

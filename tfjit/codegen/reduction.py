@@ -45,6 +45,23 @@ class ReductionRows:
         for slot in self.plan.slots[root]:
             self._store(slot, root, out_idx, v)
 
+    def _column_block_bounds(self, row, out_shape):
+        """A column kernel's row as (chunk, prefix, base, start, stop): which of
+        ``f.split`` chunks of the reduced rows it reads, its outer index (unravelled),
+        the number of outputs before that index's, and the [start, stop) of its block
+        of ``f.column_block`` outputs along the last dim."""
+        f, b = self.f, self.b
+        blocks = _math.ceil(out_shape[-1] / f.column_block)
+        chunk = b.srem(row, i64(f.split))
+        row = b.sdiv(row, i64(f.split))
+        outer = b.sdiv(row, i64(blocks))
+        prefix = self._unravel(outer, out_shape[:-1])
+        base = b.mul(outer, i64(out_shape[-1]))
+        start = b.mul(b.srem(row, i64(blocks)), i64(f.column_block))
+        stop = b.add(start, i64(f.column_block))
+        stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
+        return chunk, prefix, base, start, stop
+
     def _column_row(self, row):
         """A block of outputs along the last output dim, accumulated in a stack buffer.
 
@@ -58,13 +75,7 @@ class ReductionRows:
         t = value_type(root.dtype)
         out_shape = root.shape
         width = f.column_block
-        blocks = _math.ceil(out_shape[-1] / width)
-        chunk = b.srem(row, i64(f.split))
-        row = b.sdiv(row, i64(f.split))
-        prefix = self._unravel(b.sdiv(row, i64(blocks)), out_shape[:-1])
-        start = b.mul(b.srem(row, i64(blocks)), i64(width))
-        stop = b.add(start, i64(width))
-        stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
+        chunk, prefix, base, start, stop = self._column_block_bounds(row, out_shape)
         acc = self._entry_alloca(t, width)
         kind = root.attrs["kind"]
 
@@ -103,7 +114,6 @@ class ReductionRows:
                     self._store(s, root, prefix + (o,), b.load(slot(o), typ=t))
             return
         scratch = self.ptrs[self.plan.scratch[f]]
-        base = b.mul(b.sdiv(row, i64(blocks)), i64(out_shape[-1]))   # outputs before the prefix's
         with for_range(b, start, stop, "o") as o:
             at = b.add(b.mul(b.add(base, o), i64(f.split)), chunk)
             b.store(b.load(slot(o), typ=t), b.gep(scratch, [at], source_etype=t))
