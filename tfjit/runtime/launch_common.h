@@ -3,6 +3,7 @@
 #ifndef TFJIT_RUNTIME_LAUNCH_COMMON_H_
 #define TFJIT_RUNTIME_LAUNCH_COMMON_H_
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -101,6 +102,31 @@ class FallbackRunner {
   std::unordered_map<FunctionLibraryRuntime*, FunctionLibraryRuntime::Handle> handles_
       ABSL_GUARDED_BY(mu_);
 };
+
+// The attrs both TfjitLaunch kernels read at construction: the cluster's name, its
+// fallback function (at most one), and which inputs are constant arguments.
+inline absl::Status ReadLaunchAttrs(OpKernelConstruction* ctx, std::string* cluster,
+                                    std::unique_ptr<FallbackRunner>* fallback_runner,
+                                    std::vector<bool>* is_constant) {
+  TF_RETURN_IF_ERROR(ctx->GetAttr("cluster", cluster));
+  std::vector<NameAttrList> fallback;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("fallback", &fallback));
+  if (fallback.size() > 1) {
+    return Invalid("TfjitLaunch: at most one fallback function, got ", fallback.size());
+  }
+  if (!fallback.empty()) *fallback_runner = std::make_unique<FallbackRunner>(fallback[0]);
+  std::vector<int64_t> constant_args;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("constant_args", &constant_args));
+  is_constant->assign(ctx->num_inputs(), false);
+  for (int64_t i : constant_args) {
+    if (i < 0 || i >= ctx->num_inputs() || ctx->input_type(i) == DT_RESOURCE) {
+      return Invalid("TfjitLaunch ", *cluster, ": constant argument ", i,
+                     " is not a tensor input (", ctx->num_inputs(), " inputs)");
+    }
+    (*is_constant)[i] = true;
+  }
+  return absl::OkStatus();
+}
 
 // The executable must agree with the node's inputs and Tout (both kernels check it
 // before the first run of a signature).

@@ -125,21 +125,7 @@ int64_t AlignUp(int64_t n) { return (n + kTfjitAlign - 1) / kTfjitAlign * kTfjit
 class TfjitLaunchGpuOp : public AsyncOpKernel {
  public:
   explicit TfjitLaunchGpuOp(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("cluster", &cluster_));
-    std::vector<NameAttrList> fallback;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("fallback", &fallback));
-    OP_REQUIRES(ctx, fallback.size() <= 1,
-                Invalid("TfjitLaunch: at most one fallback function, got ", fallback.size()));
-    if (!fallback.empty()) fallback_ = std::make_unique<tfjit::FallbackRunner>(fallback[0]);
-    std::vector<int64_t> constant_args;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("constant_args", &constant_args));
-    is_constant_.assign(ctx->num_inputs(), false);
-    for (int64_t i : constant_args) {
-      OP_REQUIRES(ctx, i >= 0 && i < ctx->num_inputs() && ctx->input_type(i) != DT_RESOURCE,
-                  Invalid("TfjitLaunch ", cluster_, ": constant argument ", i,
-                          " is not a tensor input (", ctx->num_inputs(), " inputs)"));
-      is_constant_[i] = true;
-    }
+    OP_REQUIRES_OK(ctx, tfjit::ReadLaunchAttrs(ctx, &cluster_, &fallback_, &is_constant_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
