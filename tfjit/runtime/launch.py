@@ -325,26 +325,37 @@ def answer_request(compile_one: Callable, out, error, error_len) -> int:
         return 1
 
 
+def cached_address(cache: dict, lock, key, make: Callable, kind: type, what: str) -> int:
+    """The address of ``cache[key]``, made by ``make()`` on a miss (outside the lock: a
+    compile can take seconds; concurrent misses keep the first executable), which must
+    be a ``kind`` (the CPU's and the GPU's callbacks share this)."""
+    with lock:
+        exe = cache.get(key)
+    if exe is None:
+        exe = make()
+        if not isinstance(exe, kind):
+            raise TypeError(f"{what} returned {type(exe).__name__}, "
+                            f"not {kind.__module__}.{kind.__name__}")
+        with lock:
+            exe = cache.setdefault(key, exe)
+    return exe.address
+
+
 def _trampoline(fn: Callable) -> COMPILE_CALLBACK:
     def callback(cluster, def_ptr, def_len, n, dtypes, ranks, dims, values, value_bytes,
                  executions, can_fall_back, out, error, error_len):
         def compile_one():
             signature, constants = decode_request(n, dtypes, ranks, dims, values, value_bytes)
             name = cluster.decode()
-            key = (name, tuple(signature), tuple(sorted(constants.items())))
-            with _callback_lock:
-                exe = _executables.get(key)
-            if exe is None:
+
+            def make():
                 cluster_def = ctypes.string_at(def_ptr, def_len) if def_len else b""
                 extra = {"constants": constants} if constants else {}
-                exe = fn(name, cluster_def, signature, executions=executions,
-                         can_fall_back=bool(can_fall_back), **extra)
-                if not isinstance(exe, Executable):
-                    raise TypeError(f"compile callback returned {type(exe).__name__}, "
-                                    "not tfjit.runtime.launch.Executable")
-                with _callback_lock:     # concurrent misses: the first executable wins
-                    exe = _executables.setdefault(key, exe)
-            return exe.address
+                return fn(name, cluster_def, signature, executions=executions,
+                          can_fall_back=bool(can_fall_back), **extra)
+            key = (name, tuple(signature), tuple(sorted(constants.items())))
+            return cached_address(_executables, _callback_lock, key, make, Executable,
+                                  "compile callback")
         return answer_request(compile_one, out, error, error_len)
     return COMPILE_CALLBACK(callback)
 
@@ -415,21 +426,17 @@ def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
     the inputs whose values are part of the signature (compiled per value).
     ``gpu``: the node asks for the GPU kernel (its ``_kernel`` label, launch_gpu.py;
     graph mode only, where TF applies labels; a CUDA build's op library has it)."""
-    ops = _lib().ops
-
-    def add():
-        return ops.tfjit_launch(args=inputs, Tout=Tout, cluster=cluster,
-                                cluster_def=cluster_def, output_shapes=output_shapes,
-                                fallback=[fallback] if fallback is not None else [],
-                                constant_args=list(constant_args), name=name)
+    attrs = dict(args=inputs, Tout=Tout, cluster=cluster, cluster_def=cluster_def,
+                 output_shapes=output_shapes, fallback=[fallback] if fallback is not None else [],
+                 constant_args=list(constant_args), name=name)
     if not gpu:
-        return add()
+        return _lib().ops.tfjit_launch(**attrs)
     import tensorflow as tf
     if tf.executing_eagerly():
         raise ValueError("TfjitLaunch's GPU kernel is chosen by the node's _kernel label, which "
                          "TensorFlow applies in graph mode: call launch(gpu=True) in a tf.function")
     with tf.compat.v1.get_default_graph()._kernel_label_map({"TfjitLaunch": KERNEL_LABEL}):
-        return add()
+        return _lib().ops.tfjit_launch(**attrs)
 
 
 def clear_cache() -> None:

@@ -112,20 +112,15 @@ def _trampoline(fn: Callable) -> GPU_COMPILE_CALLBACK:
             signature, constants = launch.decode_request(n, dtypes, ranks, dims, values,
                                                          value_bytes)
             name, sm = cluster.decode(), f"sm_{arch}"
-            key = (name, sm, tuple(signature), tuple(sorted(constants.items())))
-            with _lock:
-                exe = _executables.get(key)
-            if exe is None:
+
+            def make():
                 cluster_def = ctypes.string_at(def_ptr, def_len) if def_len else b""
                 extra = {"constants": constants} if constants else {}
-                exe = fn(name, cluster_def, signature, arch=sm, executions=executions,
-                         can_fall_back=bool(can_fall_back), **extra)
-                if not isinstance(exe, GpuExecutable):
-                    raise TypeError(f"GPU compile callback returned {type(exe).__name__}, "
-                                    "not tfjit.runtime.launch_gpu.GpuExecutable")
-                with _lock:      # concurrent misses: the first executable wins
-                    exe = _executables.setdefault(key, exe)
-            return exe.address
+                return fn(name, cluster_def, signature, arch=sm, executions=executions,
+                          can_fall_back=bool(can_fall_back), **extra)
+            key = (name, sm, tuple(signature), tuple(sorted(constants.items())))
+            return launch.cached_address(_executables, _lock, key, make, GpuExecutable,
+                                         "GPU compile callback")
         return launch.answer_request(compile_one, out, error, error_len)
     return GPU_COMPILE_CALLBACK(callback)
 
