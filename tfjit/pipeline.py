@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import os
 import time
 
 from tfjit import settings
@@ -211,9 +212,18 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
 
 def jit_compiler() -> Compiler:
     """Where the JIT's LLVM runs, as the flags ask (--tfjit_compile_in_process,
-    --tfjit_compile_timeout): the one place that reads them."""
+    --tfjit_compile_timeout, --tfjit_compile_processes): the one place that reads them.
+
+    Processes: 0 (the default) is one compile server per core this process may run on,
+    at most 4: past that, a cluster's kernels rarely split into parts big enough to pay
+    for another server's start and memory (~100 MB while it lives)."""
     f = settings.flags()
-    return Compiler(in_process=f.tfjit_compile_in_process, timeout=f.tfjit_compile_timeout)
+    processes = f.tfjit_compile_processes
+    if processes <= 0:
+        processes = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 1)
+    return Compiler(in_process=f.tfjit_compile_in_process, timeout=f.tfjit_compile_timeout,
+                    processes=processes)
 
 
 def jit_target() -> Target:

@@ -43,6 +43,7 @@ class Flags:
     tfjit_max_constant_argument_variants: int = 16   # values of a cluster's constant args compiled
     tfjit_compile_in_process: bool = False   # run LLVM in this process (not the compile server)
     tfjit_compile_timeout: float = 300.0     # seconds a compile server request may take
+    tfjit_compile_processes: int = 0         # compile servers per module (0: up to 4 cores)
     tfjit_auto_max_kernels: int = 2000       # auto mode: a cluster with more kernels runs in TF
     tfjit_verify_ir: bool = False            # the IR verifier after every pass (the tests turn it on)
 

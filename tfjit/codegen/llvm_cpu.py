@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 
 from llvmlite import ir
 
-from tfjit.codegen import control, library, llvm_target, mathlib, own_kernels
+from tfjit.codegen import control, ir_split, library, llvm_target, mathlib, own_kernels
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
@@ -35,6 +36,10 @@ log = logging.getLogger("tfjit")
 
 
 _client = None
+_helpers: list = []     # more compile servers, for the parts of a split module (ir_split)
+# A module is split only where each part gets at least this much LLVM IR text: about
+# 150 ms of LLVM here, against a few ms for the extra request and ``ld -r``.
+SPLIT_BYTES = 16384
 
 
 def server(compiler: Compiler):
@@ -54,11 +59,22 @@ def server(compiler: Compiler):
     return _client or None
 
 
+def servers(compiler: Compiler) -> list:
+    """The compile servers' clients, ``compiler.processes`` of them (none in process)."""
+    from tfjit.codegen import jit_server
+    first = server(compiler)
+    if first is None:
+        return []
+    with _lock:
+        while len(_helpers) < compiler.processes - 1:
+            _helpers.append(jit_server.Client(timeout=compiler.timeout))
+        return [first] + _helpers[:compiler.processes - 1]
+
+
 def start_server(compiler: Compiler) -> None:
-    """Starts the compile server now, if there is to be one, so that its start-up
+    """Starts the compile servers now, if there are to be any, so that their start-up
     (Python, llvmlite, LLVM's target) overlaps whatever the caller does next."""
-    client = server(compiler)
-    if client is not None:
+    for client in servers(compiler):
         client.start()
 
 
@@ -82,11 +98,14 @@ class MachineCode:
     from_cache: bool = False  # loaded from the persistent cache (objcache), not compiled
 
     def asm(self) -> str:
+        """Assembly text; a module compiled in parts (ir_split) prints part after part."""
         client = server(self.compiler)
+        parts = ["; ModuleID" + p for p in self.optimized_ir.split("; ModuleID")[1:]]
         if client is not None:
-            return client.request("asm", self.optimized_ir)
+            return "\n".join(client.request("asm", p) for p in parts or [self.optimized_ir])
         with _lock:
-            return target_machine().emit_assembly(binding().parse_assembly(self.optimized_ir))
+            return "\n".join(target_machine().emit_assembly(binding().parse_assembly(p))
+                             for p in parts or [self.optimized_ir])
 
 
 def emit_module(name: str, fusions: list, plan, messages: list, target) -> tuple:
@@ -245,7 +264,7 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
         except OSError as e:       # cannot start a process: say so, compile here
             _in_process_from_now_on(f"cannot start the compile server ({e})")
             return compile_ir(text, symbols, compiler, on_object, runtime, phases)
-        obj, optimized_ir = client.request("compile", text)
+        obj, optimized_ir = _compile_in_servers(text, compiler)
         if phases is not None:
             phases("LLVM (compile server)")
         try:
@@ -273,6 +292,39 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
     if phases is not None:
         phases("LLVM (in process)")
     return MachineCode(engine, addresses, text, str(mod), compiler)
+
+
+def _compile_in_servers(text: str, compiler: Compiler) -> tuple:
+    """(object, optimised IR) of ``text`` from the compile servers: in parts side by side
+    where the module is big enough (ir_split.py), the parts' objects merged into one and
+    their optimised modules printed one after another."""
+    clients = servers(compiler)
+    parts = ir_split.split(text, len(clients), SPLIT_BYTES) if len(clients) > 1 else None
+    if parts is None:
+        return clients[0].request("compile", text)
+    replies: list = [None] * len(parts)
+
+    def compile_part(k):
+        try:
+            replies[k] = ("ok", clients[k].request("compile", parts[k]))
+        except BaseException as e:     # noqa: BLE001 - raised in the caller's thread below
+            replies[k] = ("error", e)
+    threads = [threading.Thread(target=compile_part, args=(k,), daemon=True)
+               for k in range(1, len(parts))]
+    for t in threads:
+        t.start()
+    compile_part(0)
+    for t in threads:
+        t.join()
+    for status, value in replies:
+        if status == "error":
+            raise value
+    from tfjit.runtime import loader as code_loader
+    objects, optimised = zip(*(value for _, value in replies))
+    try:
+        return code_loader.combine(list(objects)), "\n".join(optimised)
+    except code_loader.LinkError as e:
+        raise ValueError(str(e)) from None
 
 
 def load_object(obj: bytes, symbols: list, llvm_ir: str, optimized_ir: str,

@@ -33,12 +33,14 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Compiler:
     """Where the JIT's LLVM runs (codegen/llvm_cpu.py): in the compile server
-    (codegen/jit_server.py; ``timeout`` seconds a request may take), or in this
+    (codegen/jit_server.py; ``timeout`` seconds a request may take; a big module in
+    parts across ``processes`` servers at once, codegen/ir_split.py), or in this
     process with MCJIT (``in_process``).  Where the server cannot run or its code
     cannot load, llvm_cpu moves to in-process LLVM for the rest of the run and
     says why: that is what happened, not a choice, so it is not here."""
     in_process: bool = False
     timeout: float = 300.0
+    processes: int = 1          # compile servers a big module is split across (ir_split)
 
 
 @dataclasses.dataclass(frozen=True)

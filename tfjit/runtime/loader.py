@@ -51,3 +51,27 @@ def load(obj: bytes, symbols: list, libraries: list = ()) -> tuple:
         except AttributeError:
             raise LinkError(f"compiled code lacks the symbol {s}") from None
     return handle, addresses
+
+
+def combine(objects: list) -> bytes:
+    """One relocatable object file of several (``ld -r``): the parts of one module that
+    LLVM compiled in parallel (codegen/ir_split.py), merged so that the persistent cache
+    and ``load`` see one object, as from an unsplit compile."""
+    if len(objects) == 1:
+        return objects[0]
+    ld = linker()
+    if ld is None:
+        raise LinkError("no system linker (ld) on PATH")
+    with tempfile.TemporaryDirectory(prefix="tfjit-code-") as tmp:
+        names = []
+        for k, obj in enumerate(objects):
+            names.append(os.path.join(tmp, f"part{k}.o"))
+            with open(names[-1], "wb") as f:
+                f.write(obj)
+        out = os.path.join(tmp, "code.o")
+        cmd = [ld, "-r", "-o", out, *names]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LinkError(f"merging compiled parts failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+        with open(out, "rb") as f:
+            return f.read()
