@@ -291,9 +291,12 @@ std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
 // the CPU (oneDNN's convolutions won every shape measured on AVX-512 machines,
 // Eigen's won half of them on AVX2 ones), so it is measured where the code runs,
 // as TF autotunes cuDNN's algorithms: the first run of a (op, attributes, shapes)
-// times each kernel `kRounds` times, alternating, after one untimed run each,
+// times each kernel up to `kRounds` times, alternating, after one untimed run each,
 // keeps the faster by its best time, and ends with a run of it, so `out` holds the
-// winner's result. Later calls look the choice up. When TF is asked for
+// winner's result. A round where one kernel is more than `kClear` times faster
+// than the other ends the timing early: noise on a busy machine is well under
+// that, and each round costs two runs of the op in the first call (an MLP train
+// step's first run spent ~2x a step measuring). Later calls look the choice up. When TF is asked for
 // deterministic ops the default kernel always runs (no choice that could differ
 // between processes).
 int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
@@ -306,8 +309,13 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
     if (it != Choices().end()) return it->second.family;
   }
   constexpr int kRounds = 3;
+  constexpr double kClear = 1.5;
   Choice choice{kDefault, {1e300, 1e300}};
   for (int round = -1; round < kRounds; ++round) {
+    if (round > 0 && (choice.micros[0] > kClear * choice.micros[1] ||
+                      choice.micros[1] > kClear * choice.micros[0])) {
+      break;
+    }
     for (int32_t family : {kDefault, kOneDnn}) {
       const auto start = std::chrono::steady_clock::now();
       const absl::Status status = RunFamily(ctx, family, spec, inputs, out);
