@@ -28,6 +28,8 @@ CASES = [
     ("over-whole-row", (300, 4097), (0,), 0),  # 9 blocks of 512: rows enough
     ("two-input-rows", (2, 2048), (0,), 0),    # (one row is a reshape, no kernel)
     ("three-input-rows", (3, 1500), (0,), 0),
+    ("five-input-rows", (5, 37), (0,), 0),     # 4 rows per pass over the outputs, then 1
+    ("odd-inner-dim", (6, 5, 40), (0, 1), 0),  # the innermost reduced dim: 4 + 1 per pass
 ]
 DTYPES = [np.float32, np.float64, np.int32]
 
