@@ -10,9 +10,9 @@ slice of its last axis; a complex result is stacked back along a new last axis a
 listed in ``Module.complex_outputs``.  Slices, reshapes and the stacking concatenate are
 movement, which fusion keeps inside the kernels that compute the values.
 
-Ops whose complex form is their real form on both parts (data movement, sums, Select)
-are ``register_split``; the rest are ``register_complex`` rules below.  An op without
-either is refused ("no tfjit lowering for 'X' on complex tensors").
+Ops whose complex form is their real form on both parts (data movement, and ops linear
+in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest are ``register_complex`` rules below.  An op without
+either is refused ("no tfjit lowering for 'X' on complex64 tensors").
 """
 from __future__ import annotations
 
@@ -66,7 +66,12 @@ register_split("Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGrad
                "ConcatV2", "Concat", "Pack", "Unpack", "Tile", "BroadcastTo", "Pad", "PadV2",
                "MirrorPad", "ReverseV2", "GatherV2", "Gather", "Split", "SplitV", "Roll",
                "Select", "SelectV2", "Neg", "Add", "AddV2", "Sub", "AddN", "Sum", "Mean",
-               "ZerosLike", "Fill")
+               "ZerosLike", "Fill", "BiasAdd", "BiasAddV1", "MirrorPadGrad", "StridedSliceGrad",
+               "Diag", "DiagPart", "MatrixDiag", "MatrixDiagV2", "MatrixDiagV3", "MatrixDiagPart",
+               "MatrixDiagPartV2", "MatrixDiagPartV3", "MatrixSetDiag", "MatrixSetDiagV2",
+               "MatrixSetDiagV3", "MatrixBandPart", "SpaceToDepth", "DepthToSpace", "OneHot",
+               "GatherNd", "ScatterNd", "TensorScatterUpdate", "TensorScatterAdd",
+               "TensorScatterSub", "UnsortedSegmentSum", "Cumsum")
 
 
 def _real_rule(ctx, op: str | None = None, attrs: dict | None = None):
@@ -187,6 +192,11 @@ register_complex("Reciprocal", "Inv")(lambda ctx: cm.reciprocal(ctx.m, _c(ctx, 0
 register_complex("ComplexAbs", "Abs")(lambda ctx: cm.abs_(ctx.m, _c(ctx, 0)))
 register_complex("Angle")(lambda ctx: ctx.m.elementwise(Op.ATAN2, _c(ctx, 0).im, _c(ctx, 0).re))
 register_complex("Sign")(lambda ctx: cm.sign(ctx.m, _c(ctx, 0)))
+register_complex("Sqrt")(lambda ctx: cm.sqrt(ctx.m, _c(ctx, 0)))
+register_complex("Rsqrt")(lambda ctx: cm.reciprocal(ctx.m, cm.sqrt(ctx.m, _c(ctx, 0))))
+register_complex("Exp")(lambda ctx: cm.exp(ctx.m, _c(ctx, 0)))
+register_complex("Log")(lambda ctx: cm.log(ctx.m, _c(ctx, 0)))
+register_complex("Pow")(_binary(lambda m, x, y: cm.exp(m, cm.mul(m, y, cm.log(m, x)))))
 
 
 @register_complex("Prod")

@@ -116,3 +116,60 @@ def sign(m: Module, z: Complex) -> Complex:
     inv = _e(m, Op.DIV, full(m, 1.0, a), a)
     out = Complex(_e(m, Op.MUL, z.re, inv), _e(m, Op.MUL, z.im, inv))
     return select(m, _e(m, Op.EQ, a, full(m, 0.0, a)), zeros(m, z), out)
+
+
+# -- transcendental functions (Eigen's packet formulas where it has them) ---------------
+
+def copysign(m: Module, mag: Instr, sign: Instr) -> Instr:
+    """|mag| with the sign bit of ``sign`` (-0.0 included)."""
+    u = dt.U32 if mag.dtype is dt.F32 else dt.U64
+    bit = 1 << (u.bits - 1)
+    a, b = m.bitcast(mag, u), m.bitcast(sign, u)
+    body = _e(m, Op.AND, a, full(m, bit - 1, a))
+    return m.bitcast(_e(m, Op.OR, body, _e(m, Op.AND, b, full(m, bit, b))), mag.dtype)
+
+
+def sqrt(m: Module, z: Complex) -> Complex:
+    """Eigen's psqrt_complex: with l = |z| (max * sqrt(1 + (min/max)^2)) and
+    t = sqrt((|x| + l) / 2): (t, y / 2t) for x >= 0, (|y / 2t|, copysign(t, y)) for
+    x < 0; x = +-inf gives (inf, 0 * |y|) (flipped for -inf), y = +-inf gives (inf, y)."""
+    x, y = z.re, z.im
+    ax, ay = _e(m, Op.ABS, x), _e(m, Op.ABS, y)
+    big, small = _e(m, Op.MAX, ax, ay), _e(m, Op.MIN, ax, ay)
+    zero, half, inf = full(m, 0.0, x), full(m, 0.5, x), full(m, float("inf"), x)
+    r = _e(m, Op.DIV, small, big)
+    l = _e(m, Op.MUL, big, _e(m, Op.SQRT, _e(m, Op.ADD, full(m, 1.0, x), _e(m, Op.MUL, r, r))))
+    l = _e(m, Op.SELECT, _e(m, Op.EQ, small, zero), big, l)
+    t = _e(m, Op.SQRT, _e(m, Op.MUL, half, _e(m, Op.ADD, ax, l)))
+    eta = _e(m, Op.MUL, half, _e(m, Op.DIV, y, t))
+    eta = _e(m, Op.SELECT, _e(m, Op.EQ, big, zero), zero, eta)
+    negative = _e(m, Op.LT, x, zero)
+    out = select(m, negative, Complex(_e(m, Op.ABS, eta), copysign(m, t, y)), Complex(t, eta))
+    ay0 = _e(m, Op.MUL, ay, zero)
+    real_inf = select(m, negative, Complex(ay0, ax), Complex(ax, ay0))
+    out = select(m, _e(m, Op.EQ, ax, inf), real_inf, out)
+    return select(m, _e(m, Op.EQ, ay, inf), Complex(inf, y), out)
+
+
+def exp(m: Module, z: Complex) -> Complex:
+    """Eigen's pexp_complex: exp(x) (cos y, sin y); y = 0 gives (exp(x), y),
+    x = -inf zeros signed as cos y and sin y, x = +inf with y not finite (+-inf, NaN)."""
+    x, y = z.re, z.im
+    ex = _e(m, Op.EXP, x)
+    c, s = _e(m, Op.COS, y), _e(m, Op.SIN, y)
+    neg_inf = _e(m, Op.EQ, x, full(m, float("-inf"), x))
+    one = full(m, 1.0, x)
+    c = _e(m, Op.SELECT, neg_inf, copysign(m, one, c), c)
+    s = _e(m, Op.SELECT, neg_inf, copysign(m, one, s), s)
+    # x = +inf with y infinite or NaN: (+-inf, NaN), the sign of y's
+    undefined = _e(m, Op.AND, _e(m, Op.EQ, x, full(m, float("inf"), x)), _e(m, Op.IS_NAN, c))
+    c = _e(m, Op.SELECT, undefined, copysign(m, one, y), c)
+    s = _e(m, Op.SELECT, undefined, full(m, 0.0, x), s)
+    out = Complex(_e(m, Op.MUL, ex, c), _e(m, Op.MUL, ex, s))
+    return select(m, _e(m, Op.EQ, y, full(m, 0.0, y)), Complex(ex, y), out)
+
+
+def log(m: Module, z: Complex) -> Complex:
+    """Eigen's plog_complex: (log |z|, atan2(y, x)); |z| infinite when a part is."""
+    return Complex(_e(m, Op.LOG, abs_(m, z)), _e(m, Op.ATAN2, z.im, z.re))
+

@@ -181,13 +181,18 @@ def register_split(*ops: str):
         SPLIT_OPS.add(op)
 
 
-def is_complex_node(node: Node) -> bool:
-    """Whether any of ``node``'s type attributes is a complex type."""
+def complex_type_of(node: Node) -> str | None:
+    """The name of the first complex type among ``node``'s type attributes, or None."""
     for value in node.attrs.values():
         for v in value if isinstance(value, tuple) else (value,):
             if isinstance(v, TFType) and v.ir is not None and v.ir.is_complex:
-                return True
-    return False
+                return v.name
+    return None
+
+
+def is_complex_node(node: Node) -> bool:
+    """Whether any of ``node``'s type attributes is a complex type."""
+    return complex_type_of(node) is not None
 
 
 def _part_node(node: Node) -> Node:
@@ -243,7 +248,7 @@ def refusal(node: Node) -> str | None:
     rule = _rule(node)
     if rule is None:
         if is_complex_node(node):
-            return f"no tfjit lowering for '{node.op}' on complex tensors"
+            return f"no tfjit lowering for '{node.op}' on {complex_type_of(node)} tensors"
         return f"no tfjit lowering for '{node.op}'"
     for key, value in node.attrs.items():
         values = value if isinstance(value, tuple) else (value,)
