@@ -256,3 +256,29 @@ def test_auto_clustering_compiles_complex_ops():
     f = tfjit.function(fn, jit_compile=None)
     _check(f(z, w), tf.function(fn)(z, w), "c128", "auto")
     assert f.experimental_get_compile_count() >= 1
+
+
+def test_conjugate_transpose_with_a_fed_perm():
+    """The perm is a constant argument (compiled per value), as Transpose's."""
+    rng = np.random.default_rng(9)
+    z = tf.constant(_values(rng, (2, 3, 4), np.complex64, True))
+    _compare(lambda z, p: tf.raw_ops.ConjugateTranspose(x=z, perm=p), [z, tf.constant([2, 0, 1])],
+             "c64", "conjugate_transpose")
+
+
+def test_run_module_on_a_dumped_complex_module(tmp_path, capsys):
+    """tfjit-run-module feeds complex parameters as their real views, against the IR
+    interpreter and against TF running the dumped cluster graph."""
+    from tfjit import config
+    from tfjit.api.run_module import main
+    config.set_flags(tfjit_dump_to=str(tmp_path))
+    try:
+        z = tf.constant(np.ones([4, 3], np.complex128))
+        tfjit.function(lambda z, x: (z * tf.complex(x, x) / (z + 2), tf.abs(z)), jit_compile=True)(
+            z, tf.ones([3], tf.float64))
+    finally:
+        config.set_flags(tfjit_dump_to="")
+    path, = [str(p) for p in tmp_path.glob("*.before_optimizations.txt")]
+    assert main([path, "--iterations", "2"]) == 0
+    assert main([path, "--iterations", "2", "--reference", "tf"]) == 0
+    assert capsys.readouterr().out.count("0/2 runs miscompared") == 2

@@ -11,8 +11,10 @@ listed in ``Module.complex_outputs``.  Slices, reshapes and the stacking concate
 movement, which fusion keeps inside the kernels that compute the values.
 
 Ops whose complex form is their real form on both parts (data movement, and ops linear
-in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest are ``register_complex`` rules below.  An op without
-either is refused ("no tfjit lowering for 'X' on complex64 tensors").
+in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest
+are ``register_complex`` rules below.  An op without either is refused ("no tfjit
+lowering for 'X' on complex64 tensors"): Sin, Cos, Tanh, Log1p, Expm1, the inverse and
+hyperbolic functions, Prod, Cumprod, segment products, complex -> bool casts.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from tfjit.graph.graphdef import Node
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower import complex_math as cm
-from tfjit.lower.registry import (Complex, Unsupported, _part_node, broadcast_all, lower_node,
+from tfjit.lower.registry import (Complex, Unsupported, broadcast_all, lower_node, part_node,
                                   register_complex, register_split)
 from tfjit.lower.variables import _assign, _var
 
@@ -76,7 +78,7 @@ register_split("Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGrad
 
 def _real_rule(ctx, op: str | None = None, attrs: dict | None = None):
     """A function lowering node ``ctx.node`` (or ``op`` with ``attrs``) with real types."""
-    node = _part_node(ctx.node)
+    node = part_node(ctx.node)
     if op is not None:
         node = Node(f"{node.name}/{op}", op, [], [], {**node.attrs, **(attrs or {})})
     return lambda *xs: lower_node(ctx.m, node, list(xs), ctx.functions)
@@ -149,7 +151,7 @@ def _conj(ctx):
     return cm.conj(ctx.m, _c(ctx, 0))
 
 
-@register_complex("ConjugateTranspose")
+@register_complex("ConjugateTranspose", const_inputs=(1,))
 def _conjugate_transpose(ctx):
     transpose = _real_rule(ctx, "Transpose")
     x = _c(ctx, 0)

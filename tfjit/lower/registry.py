@@ -195,7 +195,7 @@ def is_complex_node(node: Node) -> bool:
     return complex_type_of(node) is not None
 
 
-def _part_node(node: Node) -> Node:
+def part_node(node: Node) -> Node:
     """``node`` with every complex type attribute replaced by its parts' real type."""
     def part(v):
         if isinstance(v, TFType) and v.ir is not None and v.ir.is_complex:
@@ -207,7 +207,7 @@ def _part_node(node: Node) -> Node:
 
 
 def _split_fn(ctx: "LowerCtx"):
-    real = _part_node(ctx.node)
+    real = part_node(ctx.node)
     runs = []
     for pick in (lambda c: c.re, lambda c: c.im):
         xs = [pick(x) if isinstance(x, Complex) else x for x in ctx.inputs]
