@@ -145,6 +145,8 @@ MOVEMENT = [
     ("gather", lambda z: tf.gather(z, [3, 0, 3], axis=1)),
     ("split", lambda z: tf.split(z, [1, 2], axis=2)),
     ("shape", lambda z: (tf.shape(z), tf.size(z), z + tf.cast(tf.rank(z), z.dtype))),
+    ("identity_n", lambda z: tf.identity_n([tf.math.real(z) * 2, z * 2, tf.shape(z),
+                                            tf.complex(tf.math.real(z), tf.math.real(z))])),
     ("bias_add", lambda z: tf.nn.bias_add(z, z[0, 0])),
     ("diag_band", lambda z: (tf.linalg.diag_part(z), tf.linalg.band_part(z, 1, 0),
                              tf.linalg.diag(z[0], k=1, padding_value=tf.constant(2j, z.dtype)))),

@@ -174,7 +174,8 @@ def register_complex(*ops: str, const_inputs=()):
 def register_split(*ops: str):
     """Ops whose complex form is their real rule applied to the real parts and to the
     imaginary parts (data movement, sums): complex inputs are split, real ones (shapes,
-    indices, predicates) go to both runs, and output k is the pair of the runs' k-th."""
+    indices, predicates) go to both runs, and output k is the pair of the runs' k-th
+    (or, when both runs pass a real input through, that input)."""
     for op in ops:
         if op in COMPLEX_RULES or op in SPLIT_OPS:
             raise ValueError(f"duplicate complex lowering for {op}")
@@ -212,7 +213,9 @@ def _split_fn(ctx: "LowerCtx"):
     for pick in (lambda c: c.re, lambda c: c.im):
         xs = [pick(x) if isinstance(x, Complex) else x for x in ctx.inputs]
         runs.append(lower_node(ctx.m, real, xs, ctx.functions))
-    return [Complex(r, i) for r, i in zip(*runs)]
+    real = [x for x in ctx.inputs if not isinstance(x, Complex)]
+    # a real input that both runs pass through stays real (IdentityN's real inputs)
+    return [r if r is i and any(r is x for x in real) else Complex(r, i) for r, i in zip(*runs)]
 
 
 def _rule(node: Node) -> Rule | None:
