@@ -351,6 +351,8 @@ ERROR_CASES = [
      "plain", ["feed 'x:0'", "'shape' is reserved"]),
     ('feed { id { node_name: "x" } shape { dim { size: 2 } } }\nfetch { id { node_name: "y" output_index: 1 } }',
      "plain", ["fetch 'y:1'", "1 output(s)"]),
+    ('feed { id { node_name: "x" } shape { dim { size: 2 } } }\nfetch { id { node_name: "c" } }',
+     "complex", ["fetch 'c:0'", "does not take or return complex64"]),
 ]
 
 
@@ -361,6 +363,8 @@ def test_errors_name_the_culprit(tf, tmp_path, capsys, config, graph, words):
         x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
         if graph == "unique":
             tf.unique(x * 2.0, name="u")
+        if graph == "complex":
+            tf.complex(x, x * 2.0, name="c")
         tf.identity(x + 1.0, name="y")
     pb, cfg = _save(tmp_path, g, config)
     err = _error(tmp_path, capsys, ["--graph", pb, "--config", cfg, "--cpp_class", "E",

@@ -3,7 +3,10 @@
 One table, read by every stage: the graph importer maps TF ``DataType`` enums to
 IR dtype names, the code generator maps IR dtype names to LLVM types, and the
 runtime hands TF enums to the launch op.  float16/bfloat16 are storage types:
-lowering converts them to float32 on load and back on store.
+lowering converts them to float32 on load and back on store.  complex64/complex128
+exist only at the edges: lowering computes a complex tensor as two real ones
+(``part``: f32/f64, lower/complex.py), and a complex buffer of shape S is read and
+written as its real view of shape S + [2] (interleaved re, im).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ class DType:
     tf_enum: int       # tensorflow.DataType value
     np_name: str       # numpy dtype name (bfloat16 via ml_dtypes)
     bits: int
-    kind: str          # "float" | "int" | "uint" | "bool"
+    kind: str          # "float" | "int" | "uint" | "bool" | "complex"
 
     @property
     def is_float(self) -> bool:
@@ -31,6 +34,17 @@ class DType:
     @property
     def is_signed(self) -> bool:
         return self.kind == "int"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "complex"
+
+    @property
+    def part(self) -> "DType":
+        """The real type of a complex type's real and imaginary parts."""
+        if not self.is_complex:
+            raise ValueError(f"{self.name} is not a complex type")
+        return F32 if self.bits == 64 else F64
 
     @property
     def itemsize(self) -> int:
@@ -64,16 +78,36 @@ U16 = DType("u16", 17, "uint16", 16, "uint")
 U32 = DType("u32", 22, "uint32", 32, "uint")
 U64 = DType("u64", 23, "uint64", 64, "uint")
 PRED = DType("pred", 10, "bool", 8, "bool")
+C64 = DType("c64", 8, "complex64", 64, "complex")
+C128 = DType("c128", 18, "complex128", 128, "complex")
 
-ALL = (F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, PRED)
-BY_NAME = {d.name: d for d in ALL}
-BY_TF_ENUM = {d.tf_enum: d for d in ALL}
+ALL = (F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, PRED)   # the IR's element types
+COMPLEX = (C64, C128)
+BY_NAME = {d.name: d for d in ALL + COMPLEX}
+BY_TF_ENUM = {d.tf_enum: d for d in ALL + COMPLEX}
 
 
 def from_tf_enum(value: int) -> DType | None:
-    """The IR dtype of a TF DataType enum, or None when tfjit cannot compile it."""
+    """The dtype of a TF DataType enum (complex ones included), or None when tfjit
+    cannot compile it."""
     return BY_TF_ENUM.get(int(value))
 
 
 def from_name(name: str) -> DType:
     return BY_NAME[name]
+
+
+def complex_view(x: np.ndarray) -> np.ndarray:
+    """The real view (shape + [2], interleaved re, im) of complex array ``x``."""
+    x = np.asarray(x)
+    x = x if x.flags.c_contiguous else x.copy()     # (ascontiguousarray makes 0-d 1-d)
+    return x.reshape(x.shape + (1,)).view(x.real.dtype)
+
+
+def complex_of_view(x: np.ndarray, dtype: DType) -> np.ndarray:
+    """The ``dtype`` (complex) array whose real view is ``x`` (last dim 2)."""
+    x = np.asarray(x, dtype=dtype.part.numpy())
+    x = x if x.flags.c_contiguous else x.copy()
+    if x.shape[-1:] != (2,):
+        raise ValueError(f"a real view of {dtype.name} needs a last dim of 2, got {list(x.shape)}")
+    return x.view(dtype.numpy()).reshape(x.shape[:-1])   # view: last dim 2 -> 1

@@ -286,7 +286,7 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
     start = time.perf_counter()
     if _profile is not None:
         _profile.restart()
-    signature = [(p.dtype, p.shape) for p in m.params]
+    signature = m.boundary_params()
     o = optimize(m, after_pass=after_pass)
     kernels = sum(1 for _ in fusion.walk(o.fusions))
     if max_kernels and kernels > max_kernels:
@@ -300,8 +300,8 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],
-        output_dtypes=[out.dtype.tf_enum for out in m.outputs],
-        output_shapes=[out.shape for out in m.outputs],
+        output_dtypes=[d.tf_enum for d, _ in m.boundary_outputs()],
+        output_shapes=[s for _, s in m.boundary_outputs()],
         output_source=o.plan.output_source,
         output_forward=[-1] * len(m.outputs),
         temp_bytes=o.plan.temp_bytes,
@@ -332,6 +332,7 @@ class CompiledPtx:
     fusions: list
     variable_params: frozenset = frozenset()   # inputs that are resource variables
     updates: tuple = ()         # the trailing outputs' variable inputs
+    boundary: tuple = ()        # (params, outputs) as TF sees them (Module.boundary_params)
 
     def program(self) -> cuda.Program:
         """The plain data runtime/cuda.py runs (no compiler objects)."""
@@ -342,11 +343,13 @@ class CompiledPtx:
 
     def executable(self) -> launch_gpu.GpuExecutable:
         """What TfjitLaunch's GPU kernel runs (runtime/launch_gpu.py)."""
+        params, outputs = self.boundary or (self.params, self.outputs)
         return launch_gpu.make_gpu_executable(
             self.program(),
             input_dtypes=[launch.DT_RESOURCE if k in self.variable_params else d.tf_enum
-                          for k, (d, _) in enumerate(self.params)],
-            output_dtypes=[d.tf_enum for d, _ in self.outputs], temp_bytes=self.plan.temp_bytes,
+                          for k, (d, _) in enumerate(params)],
+            output_dtypes=[d.tf_enum for d, _ in outputs], output_shapes=[s for _, s in outputs],
+            temp_bytes=self.plan.temp_bytes,
             update_inputs=list(self.updates), update_in_place=self.plan.update_in_place)
 
 
@@ -361,7 +364,8 @@ def compile_ptx(m: Module, name: str, arch: str = "sm_90", after_pass=None) -> C
     return CompiledPtx(name, arch, ptx, text_ir, [(s, rows) for s, rows, _ in e.steps],
                        e.messages, o.plan, params,
                        [(out.dtype, out.shape) for out in m.outputs], o.fusions,
-                       frozenset(m.variable_params), tuple(m.updates))
+                       frozenset(m.variable_params), tuple(m.updates),
+                       (m.boundary_params(), m.boundary_outputs()))
 
 
 def compile_cluster_gpu(cluster_def: bytes, signature: list, name: str, device_arch: str,

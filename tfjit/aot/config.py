@@ -67,6 +67,10 @@ def _dtype(enum: int, what: str) -> dt.DType | None:
         from tensorflow.core.framework import types_pb2
         raise AotError(f"{what}: tfjit cannot compile tensors of type "
                        f"{types_pb2.DataType.Name(enum)}")
+    if d.is_complex:     # the graph may compute complex values inside; its edges are real
+        raise AotError(f"{what}: tfjit-aot does not take or return {d.numpy().name} tensors "
+                       "(the header has no complex type); pass the real and imaginary parts "
+                       "as two feeds (tf.complex) or fetch tf.math.real/imag")
     return d
 
 

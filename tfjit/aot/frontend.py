@@ -85,6 +85,9 @@ def _resolve(g, t: Tensor, kind: str):
     if have is None:
         raise AotError(f"{kind} '{t.tensor}' ({t.name}): tfjit cannot compile tensors of "
                        f"type {tensor.dtype.name}")
+    if have.is_complex:     # complex values inside the graph compile; the header has no complex type
+        raise AotError(f"{kind} '{t.tensor}' ({t.name}): tfjit-aot does not take or return "
+                       f"{tensor.dtype.name} tensors; feed or fetch the real and imaginary parts")
     if t.dtype is not None and t.dtype is not have:
         raise AotError(f"{kind} '{t.tensor}' ({t.name}): the config says {t.dtype}, the graph "
                        f"has {have}")

@@ -37,7 +37,9 @@ _backwards: dict = {}     # (cluster key, differentiated outputs) -> tfjit Funct
 
 
 def _is_float(dtype) -> bool:
-    return tf.as_dtype(dtype).is_floating
+    """Whether TF differentiates tensors of ``dtype`` (floats and complex numbers)."""
+    d = tf.as_dtype(dtype)
+    return d.is_floating or d.is_complex
 
 
 class _Definition:

@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
+from tfjit import dtypes as dt
 from tfjit.ir.module import IRError
 
 _MODULE_SUFFIXES = (".before_optimizations.txt", ".after_optimizations.txt")
@@ -62,17 +63,18 @@ class TFReference:
                 raise IRError(f"{path}: not a GraphDef in text form: {e}") from None
         nodes = {n.name: n for n in gd.node}
         self.feeds, self.fetches = [], []
-        for k, p in enumerate(module.params):
+        self.params, self.outputs = module.boundary_params(), module.boundary_outputs()
+        for k, (dtype, shape) in enumerate(self.params):
             node = nodes.get(f"{ARG_PREFIX}{k}")
             if node is None or node.op != "Placeholder":
                 raise IRError(f"{path}: no placeholder {ARG_PREFIX}{k} for parameter {k}")
-            if node.attr["dtype"].type != p.dtype.tf_enum:
+            if node.attr["dtype"].type != dtype.tf_enum:
                 raise IRError(f"{path}: {node.name} has TF dtype {node.attr['dtype'].type}, "
-                              f"parameter {k} is {p.dtype.name}")
+                              f"parameter {k} is {dtype.name}")
             dims = [d.size for d in node.attr["shape"].shape.dim]
             if not node.attr["shape"].shape.unknown_rank and (
-                    len(dims) != p.rank or any(d not in (-1, s) for d, s in zip(dims, p.shape))):
-                raise IRError(f"{path}: {node.name} has shape {dims}, parameter {k} is {list(p.shape)}")
+                    len(dims) != len(shape) or any(d not in (-1, s) for d, s in zip(dims, shape))):
+                raise IRError(f"{path}: {node.name} has shape {dims}, parameter {k} is {list(shape)}")
             self.feeds.append(f"{_SCOPE}/{node.name}:0")
         extra = [n for n in nodes if n.startswith(ARG_PREFIX) and
                  f"{_SCOPE}/{n}:0" not in self.feeds]
@@ -97,11 +99,14 @@ class TFReference:
     def __call__(self, inputs: list) -> list:
         """The graph's outputs for ``inputs``; ValueError carries TF's error (as the
         compiled code reports a kernel's error)."""
+        inputs = [dt.complex_of_view(x, d) if d.is_complex else x     # the IR's real views
+                  for x, (d, _) in zip(inputs, self.params)]
         try:
             outs = self.session.run(self.fetches, dict(zip(self.feeds, inputs)))
         except self._errors as e:
             raise ValueError(f"TF: {e.message.splitlines()[0]}") from None
-        return [np.asarray(o) for o in outs]
+        return [dt.complex_view(o) if d.is_complex else np.asarray(o)
+                for o, (d, _) in zip(outs, self.outputs)]
 
     def close(self) -> None:
         self.session.close()

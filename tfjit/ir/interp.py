@@ -54,7 +54,8 @@ class IndexOutOfRange(ValueError):
 
 
 def evaluate(m: Module, args: list) -> list:
-    """Runs ``m`` on ``args`` (one array per parameter, exact dtype and shape)."""
+    """Runs ``m`` on ``args`` (one array per parameter, exact dtype and shape; a complex
+    parameter takes its real view, ``dtypes.complex_view``, and a complex output is one)."""
     if len(args) != len(m.params):
         raise ValueError(f"module {m.name} takes {len(m.params)} arguments, got {len(args)}")
     env = {}

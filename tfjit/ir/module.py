@@ -99,6 +99,10 @@ class Module:
         # variables whose new values are the trailing outputs (written back after a run).
         self.variable_params: set = set()
         self.updates: list = []
+        # Complex edges (lower/complex.py): a complex parameter is its real view
+        # part[S + [2]] with attrs["complex"] naming the complex type; outputs listed
+        # here ({output index: complex DType}) are such views of complex results.
+        self.complex_outputs: dict = {}
 
     # -- bookkeeping --------------------------------------------------------
     def _add(self, instr: Instr) -> Instr:
@@ -149,6 +153,17 @@ class Module:
         counter = itertools.count()
         for i in self.instrs:
             i.name = "p%d" % i.index if i.op is Op.PARAMETER else f"{i.op.spelling.split('-')[0]}.{next(counter)}"
+
+    def boundary_params(self) -> list:
+        """[(DType, shape)] of the parameters as TensorFlow sees them (complex ones as
+        their complex type and shape, not the real view the IR reads)."""
+        return [(dt.from_name(p.attrs["complex"]), p.shape[:-1]) if "complex" in p.attrs
+                else (p.dtype, p.shape) for p in self.params]
+
+    def boundary_outputs(self) -> list:
+        """[(DType, shape)] of the outputs as TensorFlow sees them (see boundary_params)."""
+        return [(self.complex_outputs[j], o.shape[:-1]) if j in self.complex_outputs
+                else (o.dtype, o.shape) for j, o in enumerate(self.outputs)]
 
     # -- builders -----------------------------------------------------------
     def parameter(self, dtype: dt.DType, shape) -> Instr:

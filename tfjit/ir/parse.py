@@ -59,7 +59,12 @@ def _block(m: Module, rest, computations: dict, n: int) -> None:
         try:
             root = _ROOT.match(line)
             if root:
-                m.outputs = [_ref(env, r) for r in _split(root.group(1))]
+                m.outputs = []
+                for j, item in enumerate(_split(root.group(1))):
+                    ref, *view = item.split()
+                    m.outputs.append(_ref(env, ref))
+                    if view:
+                        m.complex_outputs[j] = _complex_view(view, m.outputs[-1])
                 break
             if line == "}":
                 raise IRError("missing 'ROOT (...)' line")
@@ -71,6 +76,16 @@ def _block(m: Module, rest, computations: dict, n: int) -> None:
     closing = next(rest, (n + 1, "<end of text>"))
     if closing[1] != "}":
         raise IRError(f"line {closing[0]}: expected '}}', got {closing[1]!r}")
+
+
+def _complex_view(view: list, x: Instr) -> dt.DType:
+    """The complex type of ``complex=c64`` after an output (its real view ``x``)."""
+    name = view[0][len("complex="):] if len(view) == 1 and view[0].startswith("complex=") else None
+    d = dt.BY_NAME.get(name)
+    if d is None or not d.is_complex or x.dtype is not d.part or x.shape[-1:] != (2,):
+        raise IRError(f"output {x!r} {' '.join(view)}: expected complex=c64 or complex=c128 after "
+                      "a real view (f32/f64, last dim 2) of it")
+    return d
 
 
 def _split(s: str) -> list[str]:
@@ -147,7 +162,7 @@ def _type(text: str) -> tuple:
     """(dtype, shape) of ``f32[2,3]``; (TUPLE, ((dtype, shape), ...)) of ``(f32[2], i32[])``."""
     if not text.startswith("("):
         type_name, dims = _TYPE.fullmatch(text).groups()
-        if type_name not in dt.BY_NAME:
+        if type_name not in dt.BY_NAME or dt.BY_NAME[type_name].is_complex:
             raise IRError(f"unknown element type {type_name!r}")
         return dt.from_name(type_name), tuple(int(d) for d in _split(dims))
     inner = re.sub(r"\s", "", text[1:-1])
@@ -176,6 +191,11 @@ def _instruction(m: Module, env: dict, line: str, computations: dict) -> None:
         if int(args) != len(m.params):
             raise IRError(f"parameter({args}) out of order: expected parameter({len(m.params)})")
         instr = m.parameter(dtype, shape)
+        view = attrs.get("complex")
+        if view is not None and (view not in ("c64", "c128") or dt.from_name(view).part is not dtype
+                                 or shape[-1:] != (2,)):
+            raise IRError(f"parameter({args}): complex={view} needs an f32 (c64) or f64 (c128) "
+                          "real view whose last dim is 2")
     else:
         operands = [_ref(env, t) for t in _split(args)]
         if op.kind is Kind.CONTROL:

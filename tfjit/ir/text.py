@@ -7,6 +7,9 @@
       ROOT (%reduce.2)
     }
 
+A complex edge (lower/complex.py) shows as the real view's parameter with
+``complex=c64`` and as ``ROOT (%concatenate.9 complex=c64)`` for an output.
+
 Constants print their values in full (row-major) so a dumped module can be
 re-run exactly.  ``parse_module`` (parse.py) reads this form back.
 
@@ -76,7 +79,9 @@ def instr_str(i: Instr) -> str:
 def _block(keyword: str, m: Module) -> list:
     lines = [f"{keyword} {m.name} {{"]
     lines += ["  " + instr_str(i) for i in m.instrs]
-    lines.append("  ROOT (" + ", ".join(repr(o) for o in m.outputs) + ")")
+    views = m.complex_outputs
+    lines.append("  ROOT (" + ", ".join(repr(o) + (f" complex={views[j].name}" if j in views else "")
+                                       for j, o in enumerate(m.outputs)) + ")")
     lines.append("}")
     return lines
 

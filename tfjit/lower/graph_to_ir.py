@@ -19,8 +19,9 @@ from tfjit.graph.mark import STRUCTURAL
 from tfjit.ir import interp
 from tfjit.ir.module import Instr, IRError, Module
 import tfjit.lower  # noqa: F401  (registers the rules)
+from tfjit.lower import complex as complex_values
 from tfjit.lower import layout
-from tfjit.lower.registry import Unsupported, lower_node
+from tfjit.lower.registry import Complex, Unsupported, lower_node
 from tfjit.lower.variables import Variable
 
 
@@ -47,7 +48,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
     launch op still passes the input) but is read by nothing."""
     m = Module(name)
     m.folder = _fold
-    params = [m.parameter(d, shp) for d, shp in signature]
+    params = [complex_values.parameter(m, d, shp) for d, shp in signature]
     args = list(params)
     for k, value in (constants or {}).items():
         d, shp = signature[k]
@@ -55,7 +56,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
         if value.shape != tuple(shp) or value.dtype != np.dtype(d.numpy()):
             raise LoweringError(f"{ARG_PREFIX}{k}", "Placeholder", f"the value of constant argument "
                                 f"{k} is {value.dtype}{list(value.shape)}, the signature says {d}{list(shp)}")
-        args[k] = m.constant(value, d)
+        args[k] = complex_values.constant(m, value, d) if d.is_complex else m.constant(value, d)
     for node in graph.nodes.values():
         if node.name.startswith(ARG_PREFIX) and node.op == "Placeholder":
             k = int(node.name[len(ARG_PREFIX):])
@@ -64,15 +65,15 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                 args[k] = Variable(k, params[k])
                 continue
             declared = node.attrs["dtype"].ir
-            if declared is not params[k].dtype:
+            if declared is not signature[k][0]:
                 raise LoweringError(node.name, node.op,
-                                    f"input {k} is {params[k].dtype}, the cluster expects {declared}")
+                                    f"input {k} is {signature[k][0]}, the cluster expects {declared}")
     results = _lower_graph(m, graph, args, Functions(graph.functions))
     for j, value in enumerate(results):
         if isinstance(value, Variable):
             raise LoweringError(f"{RET_PREFIX}{j}", "Identity", "a resource handle is not a value "
                                 "tfjit can return from a cluster")
-        if not isinstance(value, Instr):
+        if not isinstance(value, (Instr, Complex)):
             raise LoweringError(f"{RET_PREFIX}{j}", "Identity", f"a {type(value).__name__} is not a "
                                 "value tfjit can return from a cluster")
     m.outputs = list(results)
@@ -80,6 +81,10 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                       key=lambda v: v.param):
         m.outputs.append(var.value)      # written back to the variable after the run
         m.updates.append(var.param)
+    for j, value in enumerate(m.outputs):
+        if isinstance(value, Complex):   # its real view; the launch op sees the complex type
+            m.complex_outputs[j] = value.dtype
+            m.outputs[j] = complex_values.pack(m, value)
     m.folder = None
     return m
 

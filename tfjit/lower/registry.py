@@ -15,6 +15,11 @@ Cross-cutting work lives in the decorator, not in rule bodies:
   XLA's ``CompileTimeConstantInput``.  graph/const_args.py reads them to find
   the cluster inputs that must be constant arguments (compiled per value).
 
+Complex tensors (lower/complex.py) are pairs of real IR values (``Complex``): a node
+with a complex type attribute is lowered by its ``register_complex`` rule, or, for
+ops listed with ``register_split`` (data movement, linear ops), by its real rule run
+once on the real parts and once on the imaginary parts.
+
 A rule that cannot lower a particular instance (e.g. a shape operand that is
 not a compile-time constant) raises ``Unsupported`` with the reason.
 """
@@ -83,6 +88,38 @@ class Rule:
 
 RULES: dict[str, Rule] = {}
 VARIANT_RULES: dict[str, Rule] = {}   # the op on TF variant values (TensorLists): T=variant
+COMPLEX_RULES: dict[str, Rule] = {}   # the op on complex tensors (any type attr complex)
+SPLIT_OPS: set = set()                # complex = the real rule on both parts (register_split)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Complex:
+    """A complex tensor in lowering: its real and imaginary parts, two real IR values of
+    the same shape and type (f32 for complex64, f64 for complex128)."""
+    re: Instr
+    im: Instr
+
+    def __post_init__(self):
+        if self.re.shape != self.im.shape or self.re.dtype is not self.im.dtype \
+                or self.re.dtype not in (dt.F32, dt.F64):
+            raise ValueError(f"complex parts {self.re.dtype}{list(self.re.shape)} and "
+                             f"{self.im.dtype}{list(self.im.shape)} differ or are not f32/f64")
+
+    @property
+    def dtype(self) -> dt.DType:
+        return dt.C64 if self.re.dtype is dt.F32 else dt.C128
+
+    @property
+    def shape(self) -> tuple:
+        return self.re.shape
+
+    @property
+    def rank(self) -> int:
+        return self.re.rank
+
+    @property
+    def size(self) -> int:
+        return self.re.size
 
 
 def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
@@ -120,10 +157,76 @@ def register_variant(*ops: str):
     return deco
 
 
+def register_complex(*ops: str, const_inputs=()):
+    """The rule of ops on complex tensors: its inputs are ``Complex`` pairs (and real
+    values where the op takes them), it returns ``Complex`` pairs for complex outputs.
+    The rule checks the types itself (raising ``Unsupported`` for what it refuses)."""
+    def deco(fn):
+        for op in ops:
+            if op in COMPLEX_RULES or op in SPLIT_OPS:
+                raise ValueError(f"duplicate complex lowering for {op}")
+            COMPLEX_RULES[op] = Rule(fn, (), False, 1, frozenset(), "T",
+                                     const_inputs if callable(const_inputs) else tuple(const_inputs))
+        return fn
+    return deco
+
+
+def register_split(*ops: str):
+    """Ops whose complex form is their real rule applied to the real parts and to the
+    imaginary parts (data movement, sums): complex inputs are split, real ones (shapes,
+    indices, predicates) go to both runs, and output k is the pair of the runs' k-th
+    (or, when both runs pass a real input through, that input)."""
+    for op in ops:
+        if op in COMPLEX_RULES or op in SPLIT_OPS:
+            raise ValueError(f"duplicate complex lowering for {op}")
+        SPLIT_OPS.add(op)
+
+
+def complex_type_of(node: Node) -> str | None:
+    """The name of the first complex type among ``node``'s type attributes, or None."""
+    for value in node.attrs.values():
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, TFType) and v.ir is not None and v.ir.is_complex:
+                return v.name
+    return None
+
+
+def is_complex_node(node: Node) -> bool:
+    """Whether any of ``node``'s type attributes is a complex type."""
+    return complex_type_of(node) is not None
+
+
+def part_node(node: Node) -> Node:
+    """``node`` with every complex type attribute replaced by its parts' real type."""
+    def part(v):
+        if isinstance(v, TFType) and v.ir is not None and v.ir.is_complex:
+            return TFType(v.ir.part.tf_enum, "float" if v.ir.part is dt.F32 else "double")
+        return v
+    attrs = {k: tuple(part(x) for x in v) if isinstance(v, tuple) else part(v)
+             for k, v in node.attrs.items()}
+    return dataclasses.replace(node, attrs=attrs)
+
+
+def _split_fn(ctx: "LowerCtx"):
+    real = part_node(ctx.node)
+    runs = []
+    for pick in (lambda c: c.re, lambda c: c.im):
+        xs = [pick(x) if isinstance(x, Complex) else x for x in ctx.inputs]
+        runs.append(lower_node(ctx.m, real, xs, ctx.functions))
+    real = [x for x in ctx.inputs if not isinstance(x, Complex)]
+    # a real input that both runs pass through stays real (IdentityN's real inputs)
+    return [r if r is i and any(r is x for x in real) else Complex(r, i) for r, i in zip(*runs)]
+
+
 def _rule(node: Node) -> Rule | None:
     t = node.attrs.get("T")
     if isinstance(t, TFType) and t.name == "variant" and node.op in VARIANT_RULES:
         return VARIANT_RULES[node.op]
+    if is_complex_node(node):
+        if node.op in SPLIT_OPS and node.op in RULES:
+            real = RULES[node.op]
+            return dataclasses.replace(real, fn=_split_fn, dtypes=(), half_in_f32=False)
+        return COMPLEX_RULES.get(node.op)
     return RULES.get(node.op)
 
 
@@ -147,12 +250,16 @@ def refusal(node: Node) -> str | None:
     """Why ``node`` has no lowering (None when it has one for its dtypes)."""
     rule = _rule(node)
     if rule is None:
+        if is_complex_node(node):
+            return f"no tfjit lowering for '{node.op}' on {complex_type_of(node)} tensors"
         return f"no tfjit lowering for '{node.op}'"
     for key, value in node.attrs.items():
         values = value if isinstance(value, tuple) else (value,)
         for v in values:
             if isinstance(v, TFType) and v.ir is None and v.name not in rule.opaque_types:
                 return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
+    if is_complex_node(node):
+        return None          # complex rules check their types themselves
     t = node.attrs.get(rule.type_attr)
     if isinstance(t, TFType) and t.ir not in rule.dtypes and t.name not in rule.opaque_types:
         return f"{node.op} has no tfjit lowering for dtype {t.name}"

@@ -40,7 +40,9 @@ def run_compiled(compiled, inputs: list) -> list:
 
 
 def run_executable(exe: Executable, inputs: list) -> list:
-    """The executable's outputs for ``inputs``; ValueError carries a kernel's runtime error."""
+    """The executable's outputs for ``inputs``; ValueError carries a kernel's runtime error.
+    A complex input may be given as its real view (shape + [2]); complex outputs come
+    back as complex arrays."""
     s = exe._struct
     if exe.needs_host_library:
         launch.host_library_in_use()
@@ -48,8 +50,11 @@ def run_executable(exe: Executable, inputs: list) -> list:
         raise ValueError(f"executable takes {s.num_inputs} inputs, got {len(inputs)}")
     args = []
     for k, x in enumerate(inputs):
-        want = dt.from_tf_enum(s.input_dtypes[k]).numpy()
+        d = dt.from_tf_enum(s.input_dtypes[k])
+        want = d.numpy()
         x = np.asarray(x)
+        if d.is_complex and x.dtype == d.part.numpy():
+            x = dt.complex_of_view(x, d)      # given as its real view (an IR parameter's type)
         if x.dtype != want:
             raise ValueError(f"input {k}: expected {want}, got {x.dtype}")
         copy = aligned_empty(x.nbytes)[:x.nbytes].view(want).reshape(x.shape)

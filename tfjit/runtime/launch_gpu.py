@@ -68,12 +68,14 @@ def arch_number(arch: str) -> int:
 def make_gpu_executable(program: cuda.Program, *, input_dtypes: Sequence[int],
                         output_dtypes: Sequence[int], temp_bytes: Sequence[int],
                         update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
-                        block: int = 0) -> GpuExecutable:
+                        block: int = 0, output_shapes: Sequence | None = None) -> GpuExecutable:
     """The GPU kernel's executable for ``program``; ``input_dtypes``/``output_dtypes`` are
     TF DataType enums (DT_RESOURCE for a variable input), ``temp_bytes`` the program's
     temps' sizes (its offsets and arena are the program's), ``update_inputs``/
     ``update_in_place`` as ``launch.make_executable``'s.  ``block``: threads per block
-    for every entry (0: the occupancy calculator's, per entry)."""
+    for every entry (0: the occupancy calculator's, per entry).  ``output_shapes``: the
+    shapes TF allocates (default the program's; a complex output's is its real view's
+    without the trailing 2)."""
     if len(input_dtypes) != len(program.inputs) or len(output_dtypes) != len(program.outputs):
         raise ValueError(f"{program.name}: {len(program.inputs)} inputs and "
                          f"{len(program.outputs)} outputs, given {len(input_dtypes)} and "
@@ -82,7 +84,8 @@ def make_gpu_executable(program: cuda.Program, *, input_dtypes: Sequence[int],
         raise ValueError(f"block size {block}")
     host = launch.make_executable(
         input_dtypes=input_dtypes, output_dtypes=output_dtypes,
-        output_shapes=[shape for _, shape in program.outputs],
+        output_shapes=list(output_shapes) if output_shapes is not None
+        else [shape for _, shape in program.outputs],
         output_source=program.output_source, output_forward=[-1] * len(program.outputs),
         temp_bytes=temp_bytes, temp_offsets=program.temp_offsets, steps=[],
         messages=program.messages, update_inputs=update_inputs,
