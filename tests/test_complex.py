@@ -81,7 +81,7 @@ UNARY = [
     ("const", lambda z: z * tf.constant(1.5 - 2j, z.dtype) + tf.constant([[0.25j]], z.dtype), False),
     ("sum", lambda z: tf.reduce_sum(z), False),
     ("sum_axis", lambda z: tf.reduce_sum(z, axis=-1, keepdims=True) if z.shape.rank else z, False),
-    ("mean", lambda z: tf.reduce_mean(z), False),
+    ("mean", lambda z: (tf.reduce_mean(z), tf.reduce_mean(z, axis=-1) if z.shape.rank else z), True),
     ("add_n", lambda z: tf.add_n([z, z * 2, tf.math.conj(z)]), True),
     ("sqrt", tf.sqrt, True),
     ("exp", tf.exp, True),

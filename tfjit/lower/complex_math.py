@@ -8,6 +8,8 @@ multiplication is the plain (ac - bd) + i(ad + bc), division Eigen's ``pdiv_comp
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
@@ -62,6 +64,41 @@ def select(m: Module, pred: Instr, a: Complex, b: Complex) -> Complex:
 def zeros(m: Module, like: Complex) -> Complex:
     zero = full(m, 0.0, like.re)
     return Complex(zero, zero)
+
+
+def div_by_count(m: Module, z: Complex, n: int) -> Complex:
+    """z / (n + 0i) as TF's mean divides (Eigen's MeanReducer: one scalar complex division
+    per result, compiler-rt's __divsc3): the divisor scaled by 2^-ilogb(n), and where both
+    parts come out NaN with an infinite part in z, the recovery inf * (a' c, b' c)."""
+    part = z.re.dtype.numpy()
+    a, b = z.re, z.im
+    if n > 0:
+        k = int(np.floor(np.log2(n)))
+        c, scale = part.type(n / 2.0 ** k), part.type(2.0 ** -k)
+    else:
+        c, scale = part.type(0), part.type(1)
+    denom = part.type(c * c)
+    zero = full(m, 0.0, a)
+
+    def scaled(x):
+        return _e(m, Op.MUL, _e(m, Op.DIV, x, full(m, denom, a)), full(m, scale, a))
+    re = scaled(_e(m, Op.ADD, _e(m, Op.MUL, a, full(m, c, a)), _e(m, Op.MUL, b, zero)))
+    im = scaled(_e(m, Op.SUB, _e(m, Op.MUL, b, full(m, c, a)), _e(m, Op.MUL, a, zero)))
+    inf = full(m, float("inf"), a)
+    both_nan = _e(m, Op.AND, _e(m, Op.IS_NAN, re), _e(m, Op.IS_NAN, im))
+    a_inf, b_inf = _e(m, Op.IS_INF, a), _e(m, Op.IS_INF, b)
+    if n > 0:       # recovery for an infinite numerator over a finite divisor
+        unit_a = copysign(m, _e(m, Op.SELECT, a_inf, full(m, 1.0, a), zero), a)
+        unit_b = copysign(m, _e(m, Op.SELECT, b_inf, full(m, 1.0, a), zero), b)
+        rec = Complex(_e(m, Op.MUL, inf, _e(m, Op.ADD, _e(m, Op.MUL, unit_a, full(m, c, a)),
+                                            _e(m, Op.MUL, unit_b, zero))),
+                      _e(m, Op.MUL, inf, _e(m, Op.SUB, _e(m, Op.MUL, unit_b, full(m, c, a)),
+                                            _e(m, Op.MUL, unit_a, zero))))
+        return select(m, _e(m, Op.AND, both_nan, _e(m, Op.OR, a_inf, b_inf)), rec, Complex(re, im))
+    # n = 0: __divsc3's zero-divisor recovery, inf * a and inf * b (NaN for an empty sum)
+    some = _e(m, Op.NOT, _e(m, Op.AND, _e(m, Op.IS_NAN, a), _e(m, Op.IS_NAN, b)))
+    rec = Complex(_e(m, Op.MUL, inf, a), _e(m, Op.MUL, inf, b))
+    return select(m, _e(m, Op.AND, both_nan, some), rec, Complex(re, im))
 
 
 def div_no_nan(m: Module, a: Complex, b: Complex) -> Complex:
