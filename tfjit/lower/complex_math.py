@@ -5,7 +5,7 @@ shape.  Where Eigen's vectorised (packet) code and its scalar code differ, the p
 code is followed, since it computes all but a tensor's last few elements:
 multiplication is the plain (ac - bd) + i(ad + bc), division Eigen's ``pdiv_complex``
 (scaled by max(|c|, |d|), no special recovery of infinities).  So where TF's own answer
-depends on an element's position (an infinite or zero divisor in the last n % 4..16
+depends on an element's position (an infinite or zero divisor among the last few
 elements, which Eigen's scalar code divides with C99's recovery), tfjit gives the
 vector path's, as for casts (tests/test_complex.py checks every pair of special parts).
 A mean divides by its count as TF's MeanReducer does in scalar code; TF vectorises that
