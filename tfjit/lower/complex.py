@@ -69,7 +69,7 @@ register_split("Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGrad
                "Reshape", "ExpandDims", "Squeeze", "Transpose", "Slice", "StridedSlice",
                "ConcatV2", "Concat", "Pack", "Unpack", "Tile", "BroadcastTo", "Pad", "PadV2",
                "MirrorPad", "ReverseV2", "GatherV2", "Gather", "Split", "SplitV", "Roll",
-               "Select", "SelectV2", "Neg", "Add", "AddV2", "Sub", "AddN", "Sum", "Mean",
+               "Select", "SelectV2", "Neg", "Add", "AddV2", "Sub", "AddN", "Sum",
                "ZerosLike", "Fill", "BiasAdd", "BiasAddV1", "MirrorPadGrad", "StridedSliceGrad",
                "Diag", "DiagPart", "MatrixDiag", "MatrixDiagV2", "MatrixDiagV3", "MatrixDiagPart",
                "MatrixDiagPartV2", "MatrixDiagPartV3", "MatrixSetDiag", "MatrixSetDiagV2",
@@ -199,6 +199,20 @@ register_complex("Sign")(lambda ctx: cm.sign(ctx.m, _c(ctx, 0)))
 register_complex("Sqrt")(lambda ctx: cm.sqrt(ctx.m, _c(ctx, 0)))
 register_complex("Exp")(lambda ctx: cm.exp(ctx.m, _c(ctx, 0)))
 register_complex("Log")(lambda ctx: cm.log(ctx.m, _c(ctx, 0)))
+
+
+@register_complex("Mean", const_inputs=(1,))
+def _mean(ctx):
+    """TF's complex mean: the sum divided by (count + 0i), the scalar complex division
+    of Eigen's MeanReducer (an infinite part makes the other NaN, as in TF)."""
+    x = _c(ctx, 0)
+    total_sum = _real_rule(ctx, "Sum")
+    re, = total_sum(x.re, ctx.inputs[1])
+    im, = total_sum(x.im, ctx.inputs[1])
+    count = x.size // re.size if re.size else 0
+    if count == 1:      # TF copies when only dims of size 1 are reduced
+        return Complex(re, im)
+    return cm.div_by_count(ctx.m, Complex(re, im), count)
 
 
 @register_complex("Prod")

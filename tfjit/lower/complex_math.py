@@ -4,9 +4,16 @@ Each helper takes and returns ``registry.Complex`` pairs of f32/f64 IR values of
 shape.  Where Eigen's vectorised (packet) code and its scalar code differ, the packet
 code is followed, since it computes all but a tensor's last few elements:
 multiplication is the plain (ac - bd) + i(ad + bc), division Eigen's ``pdiv_complex``
-(scaled by max(|c|, |d|), no special recovery of infinities).
+(scaled by max(|c|, |d|), no special recovery of infinities).  So where TF's own answer
+depends on an element's position (an infinite or zero divisor among the last few
+elements, which Eigen's scalar code divides with C99's recovery), tfjit gives the
+vector path's, as for casts (tests/test_complex.py checks every pair of special parts).
+A mean divides by its count as TF's MeanReducer does in scalar code; TF vectorises that
+division for some shapes (complex128 with an infinite part: NaN where tfjit gives inf).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
@@ -64,9 +71,46 @@ def zeros(m: Module, like: Complex) -> Complex:
     return Complex(zero, zero)
 
 
+def div_by_count(m: Module, z: Complex, n: int) -> Complex:
+    """z / (n + 0i) as TF's mean divides (Eigen's MeanReducer: one scalar complex division
+    per result, compiler-rt's __divsc3): the divisor scaled by 2^-ilogb(n), and where both
+    parts come out NaN with an infinite part in z, the recovery inf * (a' c, b' c)."""
+    part = z.re.dtype.numpy()
+    a, b = z.re, z.im
+    if n > 0:
+        k = int(np.floor(np.log2(n)))
+        c, scale = part.type(n / 2.0 ** k), part.type(2.0 ** -k)
+    else:
+        c, scale = part.type(0), part.type(1)
+    denom = part.type(c * c)
+    zero = full(m, 0.0, a)
+
+    def scaled(x):
+        return _e(m, Op.MUL, _e(m, Op.DIV, x, full(m, denom, a)), full(m, scale, a))
+    re = scaled(_e(m, Op.ADD, _e(m, Op.MUL, a, full(m, c, a)), _e(m, Op.MUL, b, zero)))
+    im = scaled(_e(m, Op.SUB, _e(m, Op.MUL, b, full(m, c, a)), _e(m, Op.MUL, a, zero)))
+    inf = full(m, float("inf"), a)
+    both_nan = _e(m, Op.AND, _e(m, Op.IS_NAN, re), _e(m, Op.IS_NAN, im))
+    a_inf, b_inf = _e(m, Op.IS_INF, a), _e(m, Op.IS_INF, b)
+    if n > 0:       # recovery for an infinite numerator over a finite divisor
+        unit_a = copysign(m, _e(m, Op.SELECT, a_inf, full(m, 1.0, a), zero), a)
+        unit_b = copysign(m, _e(m, Op.SELECT, b_inf, full(m, 1.0, a), zero), b)
+        rec = Complex(_e(m, Op.MUL, inf, _e(m, Op.ADD, _e(m, Op.MUL, unit_a, full(m, c, a)),
+                                            _e(m, Op.MUL, unit_b, zero))),
+                      _e(m, Op.MUL, inf, _e(m, Op.SUB, _e(m, Op.MUL, unit_b, full(m, c, a)),
+                                            _e(m, Op.MUL, unit_a, zero))))
+        return select(m, _e(m, Op.AND, both_nan, _e(m, Op.OR, a_inf, b_inf)), rec, Complex(re, im))
+    # n = 0: __divsc3's zero-divisor recovery, inf * a and inf * b (NaN for an empty sum)
+    some = _e(m, Op.NOT, _e(m, Op.AND, _e(m, Op.IS_NAN, a), _e(m, Op.IS_NAN, b)))
+    rec = Complex(_e(m, Op.MUL, inf, a), _e(m, Op.MUL, inf, b))
+    return select(m, _e(m, Op.AND, both_nan, some), rec, Complex(re, im))
+
+
 def div_no_nan(m: Module, a: Complex, b: Complex) -> Complex:
-    """TF's div_no_nan: 0 where b == 0 (both parts zero), else a / b."""
-    return select(m, is_zero(m, b), zeros(m, a), div(m, a, b))
+    """TF's div_no_nan for complex: +0 where b == 0 or a * conj(b) == 0 (so a zero
+    numerator gives +0 even when |b|^2 underflows), else a / b."""
+    zero = _e(m, Op.OR, is_zero(m, b), is_zero(m, mul(m, a, conj(m, b))))
+    return select(m, zero, zeros(m, a), div(m, a, b))
 
 
 def reciprocal(m: Module, z: Complex) -> Complex:
@@ -152,21 +196,40 @@ def sqrt(m: Module, z: Complex) -> Complex:
 
 
 def exp(m: Module, z: Complex) -> Complex:
-    """Eigen's pexp_complex: exp(x) (cos y, sin y); y = 0 gives (exp(x), y),
-    x = -inf zeros signed as cos y and sin y, x = +inf with y not finite (+-inf, NaN)."""
+    """exp(x) (cos y, sin y) with the special values of TF's kernels: complex64 runs
+    Eigen's vectorised pexp_complex, complex128 the C library's cexp (Eigen has no
+    vector exp for it).  Both: y = 0 gives (exp(x), y), x = -inf with y finite zeros
+    signed as cos y and sin y.  x = +inf with y infinite or NaN: (+-inf as y's sign, NaN)
+    (complex64) or (+inf, NaN) (complex128); x = -inf with y infinite or NaN:
+    (-0, copysign(0, -y)) for an infinite y and (+0, copysign(0, y)) for NaN (complex64),
+    or (+0, copysign(0, y)) (complex128)."""
     x, y = z.re, z.im
     ex = _e(m, Op.EXP, x)
     c, s = _e(m, Op.COS, y), _e(m, Op.SIN, y)
+    one, zero = full(m, 1.0, x), full(m, 0.0, x)
     neg_inf = _e(m, Op.EQ, x, full(m, float("-inf"), x))
-    one = full(m, 1.0, x)
-    c = _e(m, Op.SELECT, neg_inf, copysign(m, one, c), c)
-    s = _e(m, Op.SELECT, neg_inf, copysign(m, one, s), s)
-    # x = +inf with y infinite or NaN: (+-inf, NaN), the sign of y's
-    undefined = _e(m, Op.AND, _e(m, Op.EQ, x, full(m, float("inf"), x)), _e(m, Op.IS_NAN, c))
-    c = _e(m, Op.SELECT, undefined, copysign(m, one, y), c)
-    s = _e(m, Op.SELECT, undefined, full(m, 0.0, x), s)
-    out = Complex(_e(m, Op.MUL, ex, c), _e(m, Op.MUL, ex, s))
-    return select(m, _e(m, Op.EQ, y, full(m, 0.0, y)), Complex(ex, y), out)
+    pos_inf = _e(m, Op.EQ, x, full(m, float("inf"), x))
+    y_bad = _e(m, Op.NOT, _e(m, Op.IS_FINITE, y))
+    if x.dtype is dt.F32:
+        c = _e(m, Op.SELECT, neg_inf, copysign(m, one, c), c)
+        s = _e(m, Op.SELECT, neg_inf, copysign(m, one, s), s)
+        undefined = _e(m, Op.AND, pos_inf, y_bad)
+        c = _e(m, Op.SELECT, undefined, copysign(m, one, y), c)
+        s = _e(m, Op.SELECT, undefined, zero, s)
+        out = Complex(_e(m, Op.MUL, ex, c), _e(m, Op.MUL, ex, s))
+        # x = -inf, y not finite: the signs of Eigen's cos and sin NaNs (measured on
+        # TF's kernel): (-0, copysign(0, -y)) for y = +-inf, (+0, copysign(0, y)) for NaN
+        y_inf = _e(m, Op.IS_INF, y)
+        zeros_ = Complex(_e(m, Op.SELECT, y_inf, full(m, -0.0, x), zero),
+                         copysign(m, zero, _e(m, Op.SELECT, y_inf, _e(m, Op.NEG, y), y)))
+        out = select(m, _e(m, Op.AND, neg_inf, y_bad), zeros_, out)
+    else:
+        c = _e(m, Op.SELECT, neg_inf, copysign(m, one, c), c)
+        s = _e(m, Op.SELECT, neg_inf, copysign(m, one, s), s)
+        out = Complex(_e(m, Op.MUL, ex, c), _e(m, Op.MUL, ex, s))
+        out = select(m, _e(m, Op.AND, neg_inf, y_bad), Complex(zero, copysign(m, zero, y)), out)
+        out = select(m, _e(m, Op.AND, pos_inf, y_bad), Complex(ex, _e(m, Op.SUB, y, y)), out)
+    return select(m, _e(m, Op.EQ, y, zero), Complex(ex, y), out)
 
 
 def log(m: Module, z: Complex) -> Complex:
