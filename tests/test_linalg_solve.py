@@ -168,6 +168,25 @@ def test_bad_shapes_raise_tfs_error(fn, args):
         tfjit.function(fn, jit_compile=True)(*args)
 
 
+@pytest.mark.parametrize("fn, args, node", [
+    (tf.linalg.inv, [tf.ones([2, 3])], "MatrixInverse"),
+    (tf.linalg.triangular_solve, [tf.eye(3), tf.ones([2, 1])], "triangular_solve/MatrixTriangularSolve"),
+    (tf.linalg.solve, [tf.eye(3, batch_shape=[2]), tf.ones([3, 3, 1])], "MatrixSolve"),
+])
+def test_bad_shapes_known_at_run_time_are_typed_errors_naming_op_and_node(fn, args, node):
+    """Where the graph's shapes are unknown (the launch compiles lazily) TF's kernel
+    raises InvalidArgumentError at run time; tfjit's refusal is the same type, naming the
+    op, its node and the reason."""
+    signature = [tf.TensorSpec([None] * x.shape.rank, x.dtype) for x in args]
+    jit = tfjit.function(fn, jit_compile=True)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.function(lambda *a: fn(*a), input_signature=signature)(*args)
+    op = node.split("/")[-1]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"(?s){op} \({op}.*(square|rows|match).*\{{\{{node {node}\}}\}}"):
+        tf.function(lambda *a: jit(*a), input_signature=signature)(*args)
+
+
 def test_ir_builder_refuses_bad_operands():
     from tfjit import dtypes as dt
     from tfjit.ir.module import IRError, Module
