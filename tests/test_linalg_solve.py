@@ -21,14 +21,16 @@ HOST_TOL = {"f32": 2e-5, "f64": 1e-12}
 
 def _matrix(rng, shape, kind, dtype):
     """A [..., M, M] input: "general" diagonally dominant, "spd" symmetric positive
-    definite, "singular" with a zero row, "not-pd" indefinite,
+    definite (NaN above the diagonal: "spd-upper-nan"), "singular" with a zero row, "not-pd" indefinite,
     "zero-diagonal" with a zero on the diagonal (triangular solves: inf/NaN)."""
     m = shape[-1]
     x = rng.uniform(-1, 1, shape)
     if m == 0:
         return x.astype(dtype)
-    if kind == "spd":
+    if kind.startswith("spd"):
         x = x @ np.swapaxes(x, -1, -2) + m * np.eye(m)
+        if kind == "spd-upper-nan":         # Cholesky reads the lower triangle only
+            x[..., np.triu_indices(m, 1)[0], np.triu_indices(m, 1)[1]] = np.nan
     elif kind in ("general", "zero-diagonal"):
         x = x + (m + 1) * np.eye(m) * np.sign(rng.uniform(-1, 1, shape[:-1]))[..., None]
         if kind == "zero-diagonal":
@@ -71,6 +73,7 @@ CASES = [
     ("solve", (3, 3), (3, 0), "general", False, False),
     ("cholesky", (1, 1), None, "spd", False, False),
     ("cholesky", (2, 3, 5, 5), None, "spd", False, False),
+    ("cholesky", (3, 4, 4), None, "spd-upper-nan", False, False),
     ("cholesky", (3, 0, 0), None, "spd", False, False),
     ("inv", (1, 1), None, "general", False, False),
     ("inv", (4, 4), None, "general", False, False),
