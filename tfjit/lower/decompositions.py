@@ -94,35 +94,35 @@ def _matrix_solve(ctx):
 
 
 def _of_matrix(ctx, op, **flags):
-    """(batch dims, M, the call's result) for a [..., M, M]; None for the result when
-    there are no matrices or they are empty (the caller fills TF's result in)."""
+    """(batch dims, the call's result) for a [..., M, M]; None for the result when there
+    are no matrices or they are empty (the caller fills TF's result in)."""
     (x,) = ctx.inputs
     batch_dims, rows = _square(ctx, x)
     if 0 in x.shape:
-        return batch_dims, rows, None
+        return batch_dims, None
     batch = math.prod(batch_dims)
-    return batch_dims, rows, ctx.m.matrix_op(op, ctx.m.reshape(x, (batch, rows, rows)), **flags)
+    return batch_dims, ctx.m.matrix_op(op, ctx.m.reshape(x, (batch, rows, rows)), **flags)
 
 
 @register("Cholesky", "BatchCholesky", dtypes=(dt.F32, dt.F64))
 def _cholesky(ctx):
     """TF's kernel: the lower factor; NaN in the lower triangle of a matrix that is not
     positive definite (no error)."""
-    batch_dims, rows, out = _of_matrix(ctx, Op.CHOLESKY)
+    _, out = _of_matrix(ctx, Op.CHOLESKY)
     return ctx.inputs[0] if out is None else ctx.m.reshape(out, ctx.inputs[0].shape)
 
 
 @register("MatrixInverse", "BatchMatrixInverse", dtypes=(dt.F32, dt.F64))
 def _matrix_inverse(ctx):
     """A singular matrix fails the launch with TF's "Input is not invertible."."""
-    batch_dims, rows, out = _of_matrix(ctx, Op.MATRIX_INVERSE, adjoint=bool(ctx.attr("adjoint", False)))
+    _, out = _of_matrix(ctx, Op.MATRIX_INVERSE, adjoint=bool(ctx.attr("adjoint", False)))
     return ctx.inputs[0] if out is None else ctx.m.reshape(out, ctx.inputs[0].shape)
 
 
 @register("MatrixDeterminant", "BatchMatrixDeterminant", dtypes=(dt.F32, dt.F64))
 def _determinant(ctx):
     """sign * exp(log |det|) from a pivoted LU, as TF's kernel; an empty matrix's is 1."""
-    batch_dims, rows, out = _of_matrix(ctx, Op.DETERMINANT)
+    batch_dims, out = _of_matrix(ctx, Op.DETERMINANT)
     if out is None:
         return _filled(ctx.m, 1.0, batch_dims, ctx.inputs[0].dtype)
     return ctx.m.reshape(out, batch_dims)
@@ -133,7 +133,7 @@ def _log_determinant(ctx):
     """(sign, log |det|), sliced out of the call's packed result; an empty matrix's is
     (1, 0); a singular one's (0, -inf), as TF's kernel."""
     m, dtype = ctx.m, ctx.inputs[0].dtype
-    batch_dims, rows, packed = _of_matrix(ctx, Op.LOG_DETERMINANT)
+    batch_dims, packed = _of_matrix(ctx, Op.LOG_DETERMINANT)
     if packed is None:
         return _filled(m, 1.0, batch_dims, dtype), _filled(m, 0.0, batch_dims, dtype)
     parts = log_determinant_parts(math.prod(batch_dims))
