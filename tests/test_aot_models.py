@@ -1,7 +1,8 @@
-"""tfjit-aot on models with matmuls, convolutions and a QR: the object calls the AOT runtime
+"""tfjit-aot on models with matmuls, convolutions, a QR and the dense solvers: the object calls the AOT runtime
 (tfjit_aot_rt_*, aot/runtime.py), written beside it as ``<prefix>_runtime.a``, and a
 C++ program built with g++ from the object, that library and -lm gives TF's results.
-The seed's MNIST softmax regression (trained a few steps, frozen), a small CNN and a QR."""
+The seed's MNIST softmax regression (trained a few steps, frozen), a small CNN, a QR and
+a chain of solvers."""
 from __future__ import annotations
 
 import os
@@ -83,6 +84,25 @@ def _qr(tf, rng):
     return g
 
 
+def _solvers(tf, rng):
+    """Cholesky of x x^T + 4 I, triangular solves with its factor (both sides), the inverse,
+    a solve, the determinants (linalg.cc's Eigen solvers in the AOT runtime, TF's kernels in
+    Session.run), fetched as one vector."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4, 4], name="x")
+        spd = tf.matmul(x, x, transpose_b=True) + 4.0 * tf.eye(4)
+        chol = tf.linalg.cholesky(spd)
+        y = tf.linalg.triangular_solve(chol, x)
+        z = tf.linalg.triangular_solve(chol, y, adjoint=True)
+        inv = tf.linalg.inv(spd)
+        solved = tf.linalg.solve(spd, x)
+        sign, logdet = tf.linalg.slogdet(spd)
+        parts = [chol, z, inv, solved, tf.linalg.det(spd) / 100.0, sign, logdet]
+        tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="probs")
+    return g
+
+
 CONFIG = ('feed {{ id {{ node_name: "x" }} shape {{ {dims} }} name: "x" }}\n'
           'fetch {{ id {{ node_name: "probs" }} name: "probs" }}\n')
 
@@ -91,7 +111,7 @@ def _dims(*sizes) -> str:
     return " ".join(f"dim {{ size: {s} }}" for s in sizes)
 
 
-@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "qr"])
+@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "qr", "solvers"])
 def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
     labels = None
     if model == "mnist_softmax":
@@ -101,6 +121,10 @@ def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
         g = _qr(tf, rng)
         config = CONFIG.format(dims=_dims(3, 7, 4))
         inputs = [rng.standard_normal((3, 7, 4)).astype(np.float32)]
+    elif model == "solvers":
+        g = _solvers(tf, rng)
+        config = CONFIG.format(dims=_dims(3, 4, 4))
+        inputs = [rng.standard_normal((3, 4, 4)).astype(np.float32)]
     else:
         g = _cnn(tf, rng)
         config = CONFIG.format(dims=_dims(8, 28, 28, 1))

@@ -76,7 +76,7 @@ def test_row_kernels_are_one_entry_and_use_tfjits_own_math():
 
 
 @pytest.mark.parametrize("fn, dtype, reason", [
-    (lambda x: x @ x, tf.float32, "dot, convolution and QR call a runtime library"),
+    (lambda x: x @ x, tf.float32, "dot, convolution, QR and the solvers call a runtime library"),
     (tf.exp, tf.float64, "calls the C library's exp"),
     (tf.math.sinh, tf.float16, "sinh is the C library's on the CPU, as TF's kernel calls it"),
     (lambda x: tf.math.cumsum(x, axis=1), tf.float32, "scan kernels have no GPU emitter"),

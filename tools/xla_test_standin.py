@@ -103,3 +103,5 @@ class XLATestCase(test.TestCase):
         """Places the ops under test on TF's CPU device (which tfjit clusters)."""
         with ops.device(PLACEMENT):
             yield
+
+    device_scope = test_scope        # XLATestCase's newer name (qr_op_test uses it)

@@ -1,5 +1,5 @@
 """Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution,
-the convolution gradients and QR).
+the convolution gradients, QR and the dense solvers).
 
 A library kernel has the launch op's kernel ABI, ``void k(void** bufs, i64 begin,
 i64 end)``, and runs as a single row: it loads its operands' and result's
@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
-from tfjit.ir.ops import Op
+from tfjit.ir.ops import SOLVER_ATTRS, Op
 from tfjit.passes.cost import library_flops
 from tfjit.passes.fusion import library_source
 
@@ -33,6 +33,11 @@ SIGNATURES = {
     "depthwise_backprop_input": [I64] * 15,
     "depthwise_backprop_filter": [I64] * 15,
     "qr": [I64, I64, I64, I32],
+    # the dense solvers: (batch, m, n, lower, adjoint) for the two solves, (batch, m,
+    # adjoint) for the others; an op ignores a flag it does not take
+    **{name: [I64, I64, I64, I32, I32] for name in ("triangular_solve", "matrix_solve")},
+    **{name: [I64, I64, I32] for name in ("cholesky", "matrix_inverse", "determinant",
+                                          "log_determinant")},
 }
 
 
@@ -82,6 +87,14 @@ def _qr_args(i) -> list:
     return [i64(batch), i64(rows), i64(cols), ir.Constant(I32, i.attrs["full_matrices"])]
 
 
+def _solver_args(i) -> list:
+    batch, rows, _ = i.operands[0].shape
+    flags = [ir.Constant(I32, i.attrs.get(k, 0)) for k in ("lower", "adjoint")]
+    if len(i.operands) == 2:
+        return [i64(batch), i64(rows), i64(i.operands[1].shape[2])] + flags
+    return [i64(batch), i64(rows), flags[1]]
+
+
 # op -> (runtime function, its arguments, the TF kernel it runs under the launch op)
 _CALLS = {
     Op.DOT: ("dot", _dot_args, lambda i: "BatchMatMulV2" if i.rank == 3 and i.shape[0] > 1 else "MatMul"),
@@ -93,6 +106,13 @@ _CALLS = {
     Op.DEPTHWISE_BACKPROP_FILTER: ("depthwise_backprop_filter", _backprop_args,
                                    lambda i: "DepthwiseConv2dNativeBackpropFilter"),
     Op.QR: ("qr", _qr_args, lambda i: "Qr"),
+    **{op: (name, _solver_args, lambda i, tf_op=tf_op: tf_op) for op, name, tf_op in (
+        (Op.TRIANGULAR_SOLVE, "triangular_solve", "MatrixTriangularSolve"),
+        (Op.MATRIX_SOLVE, "matrix_solve", "MatrixSolve"),
+        (Op.CHOLESKY, "cholesky", "Cholesky"),
+        (Op.MATRIX_INVERSE, "matrix_inverse", "MatrixInverse"),
+        (Op.DETERMINANT, "determinant", "MatrixDeterminant"),
+        (Op.LOG_DETERMINANT, "log_determinant", "LogMatrixDeterminant"))},
 }
 
 
@@ -116,8 +136,8 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
     kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
     Keras CNN step), which is why it is not done where the answer is known."""
-    if i.op is Op.QR:
-        return DEFAULT, "TF has no oneDNN kernel for Qr"
+    if i.op is Op.QR or i.op in SOLVER_ATTRS:
+        return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):

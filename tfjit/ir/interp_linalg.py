@@ -1,12 +1,13 @@
 """The interpreter's runtime-library ops (interp.py): the same contractions as the
 runtime library's, summed in a different order, and LAPACK's Householder QR (numpy's)
-where the runtime runs Eigen's, with the same sign conventions; so a compiled result
-matches these within float tolerance, not bit for bit."""
+where the runtime runs Eigen's, with the same sign conventions; LAPACK's LU and
+Cholesky and a substitution loop for the dense solvers; so a compiled result matches
+these within float tolerance, not bit for bit."""
 from __future__ import annotations
 
 import numpy as np
 
-from tfjit.ir.module import qr_parts
+from tfjit.ir.module import log_determinant_parts, qr_parts
 from tfjit.ir.ops import Op
 
 def dot(lhs, rhs, transpose_lhs, transpose_rhs):
@@ -71,4 +72,63 @@ def qr(instr, x):
     out = np.zeros(instr.shape, x.dtype)
     for part, (start, size) in zip((q, r), qr_parts(x.shape, full)):
         out[start:start + size] = part.reshape(-1)
+    return out
+
+
+class NotInvertible(ValueError):
+    """MATRIX_INVERSE or MATRIX_SOLVE met an exactly singular matrix (TF's kernels:
+    InvalidArgumentError "Input is not invertible." / "Input matrix is not invertible.")."""
+
+
+def _substitute(a, b, lower: bool):
+    """a^-1 b for triangular a [B, M, M] by substitution, row after row: a zero on the
+    diagonal gives inf/NaN rows, as Eigen's triangular solve (no pivot check in TF)."""
+    x = np.zeros(b.shape, b.dtype)
+    rows = a.shape[-1]
+    for i in range(rows) if lower else range(rows - 1, -1, -1):
+        done = slice(0, i) if lower else slice(i + 1, rows)
+        partial = np.einsum("bk,bkn->bn", a[:, i, done], x[:, done, :])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x[:, i, :] = (b[:, i, :] - partial) / a[:, i, i, None]
+    return x
+
+
+def _log_det(a):
+    """(sign, log |det|) per matrix with TF's rule for a non-finite log: sign 0, log +-inf."""
+    sign, log = np.linalg.slogdet(a.astype(np.float64))
+    bad = ~np.isfinite(log)
+    sign = np.where(bad, 0.0, sign)
+    log = np.where(bad, np.where(log > 0, np.inf, -np.inf), log)
+    return sign.astype(a.dtype), log.astype(a.dtype)
+
+
+def solver(instr, a, *rhs):
+    """The dense solvers (``ops.SOLVER_ATTRS``), matrix by matrix as TF's kernels.  A
+    CHOLESKY that fails (not positive definite) gives NaN in its lower triangle."""
+    op, adjoint = instr.op, bool(instr.attrs.get("adjoint", 0))
+    m = np.swapaxes(a, -1, -2) if adjoint else a
+    if op is Op.TRIANGULAR_SOLVE:
+        lower = bool(instr.attrs["lower"])
+        tri = np.tril(a) if lower else np.triu(a)
+        return _substitute(np.swapaxes(tri, -1, -2) if adjoint else tri, rhs[0], lower != adjoint)
+    if op is Op.CHOLESKY:
+        out = np.zeros(a.shape, a.dtype)
+        for k, matrix in enumerate(a):
+            try:
+                out[k] = np.linalg.cholesky(matrix)
+            except np.linalg.LinAlgError:
+                out[k] = np.tril(np.full(matrix.shape, np.nan, a.dtype))
+        return out
+    if op in (Op.MATRIX_INVERSE, Op.MATRIX_SOLVE):
+        try:
+            return np.linalg.inv(m) if op is Op.MATRIX_INVERSE else np.linalg.solve(m, rhs[0])
+        except np.linalg.LinAlgError as e:
+            raise NotInvertible("Input is not invertible." if op is Op.MATRIX_INVERSE
+                                else "Input matrix is not invertible.") from e
+    sign, log = _log_det(a)
+    if op is Op.DETERMINANT:
+        return (sign * np.exp(log)).astype(a.dtype)
+    out = np.zeros(instr.shape, a.dtype)
+    for part, (start, size) in zip((sign, log), log_determinant_parts(a.shape[0])):
+        out[start:start + size] = part
     return out

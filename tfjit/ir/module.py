@@ -21,7 +21,8 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SPECIAL, TYPED_RESULT, Kind, Op,
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL, TYPED_RESULT,
+                          Kind, Op,
                           REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
@@ -353,6 +354,26 @@ class Module:
         return self._add(Instr(Op.QR, x.dtype, (r_start + r_size,), (x,),
                                {"full_matrices": int(bool(full_matrices))}))
 
+    def matrix_op(self, op: Op, *operands: Instr, lower: bool = False, adjoint: bool = False) -> Instr:
+        """A dense solver (``SOLVER_ATTRS``) of the non-empty square matrices a [B, M, M]
+        (f32/f64) and, for the two solves, right-hand sides b [B, M, N] of a's dtype.
+        Results: the solves [B, M, N]; CHOLESKY, MATRIX_INVERSE [B, M, M]; DETERMINANT
+        [B]; LOG_DETERMINANT the signs and logs packed (``log_determinant_parts``).
+        ``lower``/``adjoint`` are kept where the op takes them (``SOLVER_ATTRS``)."""
+        a, rhs = operands[0], operands[1:]
+        solve = op in (Op.TRIANGULAR_SOLVE, Op.MATRIX_SOLVE)
+        if op not in SOLVER_ATTRS or len(operands) != 1 + solve or a.rank != 3 \
+                or a.dtype not in LIBRARY_DTYPES or a.shape[1] != a.shape[2] or 0 in a.shape \
+                or any(b.dtype is not a.dtype or b.rank != 3 or b.shape[:2] != a.shape[:2]
+                       or b.shape[2] == 0 for b in rhs):
+            raise IRError(f"{op.spelling} of {_type_list(operands)}: needs non-empty f32/f64 "
+                          f"[B, M, M]{' and [B, M, N]' if solve else ''}")
+        batch, rows = a.shape[:2]
+        shape = {Op.DETERMINANT: (batch,), Op.LOG_DETERMINANT: (sum(log_determinant_parts(batch)[1]),)
+                 }.get(op, rhs[0].shape if solve else a.shape)
+        flags = {"lower": int(bool(lower)), "adjoint": int(bool(adjoint))}
+        return self._add(Instr(op, a.dtype, shape, operands, {k: flags[k] for k in SOLVER_ATTRS[op]}))
+
     def argreduce(self, x: Instr, kind: str, dtype: dt.DType) -> Instr:
         """Index of the first max/min along the last dimension, as TF's kernel: from index 0
         and the dtype's lowest (highest) finite value, only a strictly better element
@@ -500,6 +521,13 @@ def qr_parts(shape: tuple, full_matrices: bool) -> tuple:
     k = rows if full_matrices else min(rows, cols)
     q_size = b * rows * k
     return (0, q_size), (-(-q_size // 16) * 16, b * k * cols)
+
+
+def log_determinant_parts(batch: int) -> tuple:
+    """((start, size), (start, size)) of the signs and the log |det|s in a
+    ``log-determinant`` result of ``batch`` matrices; the logs start at a multiple of 16
+    elements (64-byte aligned, as ``qr_parts``; runtime/linalg.h says the same)."""
+    return (0, batch), (-(-batch // 16) * 16, batch)
 
 
 def scatter_identity(kind: str, d: dt.DType):

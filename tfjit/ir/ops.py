@@ -168,6 +168,15 @@ class Op(enum.Enum):
     # result holding Q [B, M, K] then R [B, K, N], K = M (full_matrices) or min(M, N),
     # where module.qr_parts says
     QR = ("qr", Kind.LIBRARY, 1)                 # attrs: full_matrices
+    # dense solvers on square matrices a [B, M, M] (TF's Eigen kernels; module.py's
+    # builders give the shapes): b [B, M, N] right-hand sides; adjoint: solve with a^H
+    TRIANGULAR_SOLVE = ("triangular-solve", Kind.LIBRARY, 2)   # a, b; attrs: lower, adjoint
+    MATRIX_SOLVE = ("matrix-solve", Kind.LIBRARY, 2)           # a, b; attrs: adjoint (LU)
+    CHOLESKY = ("cholesky", Kind.LIBRARY, 1)                   # lower factor; NaN if not PD
+    MATRIX_INVERSE = ("matrix-inverse", Kind.LIBRARY, 1)       # attrs: adjoint (LU)
+    DETERMINANT = ("determinant", Kind.LIBRARY, 1)             # [B]: sign * exp(log |det|)
+    # [B] signs then [B] log |det| in one flat result (module.log_determinant_parts)
+    LOG_DETERMINANT = ("log-determinant", Kind.LIBRARY, 1)
     # run-time indices (operands after the first (two): one integer scalar per dim, clamped
     # so the window fits, as HLO's)
     DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
@@ -196,6 +205,11 @@ _BY_SPELLING = {op.spelling: op for op in Op}
 
 CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
                             Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
+
+# the dense solvers (module.matrix_op builds them) and the attributes each takes
+SOLVER_ATTRS = {Op.TRIANGULAR_SOLVE: ("lower", "adjoint"), Op.MATRIX_SOLVE: ("adjoint",),
+                Op.CHOLESKY: (), Op.MATRIX_INVERSE: ("adjoint",), Op.DETERMINANT: (),
+                Op.LOG_DETERMINANT: ()}
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})

@@ -1,4 +1,5 @@
-"""Matrix decompositions: Qr.
+"""Matrix decompositions and solvers: Qr, MatrixTriangularSolve, MatrixSolve, Cholesky,
+MatrixInverse, MatrixDeterminant, LogMatrixDeterminant.
 
 ``tf.linalg.qr`` becomes one IR ``qr``, a runtime-library call (as MatMul's dot is):
 under the launch op it runs TF's own Qr kernel, in the host runner and in AOT
@@ -6,15 +7,20 @@ objects Eigen's HouseholderQR, which is what TF's kernel runs (runtime/linalg.cc
 A Householder loop in IR would be a long chain of dependent rank-1 updates with
 reductions between them, which fusion cannot make faster than Eigen's blocked
 code; and it could not follow Eigen's blocking, so it would match TF only within
-tolerance, where the call matches it bit for bit under the launch op.
+tolerance, where the call matches it bit for bit under the launch op.  The solvers
+are calls for the same reasons (substitution and pivoted LU are row-by-row dependent
+chains), each TF's kernel's own algorithm: Eigen's triangular solve, PartialPivLU, LLT.
+TF's gradients of these ops are made of these ops, MatMul and MatrixBandPart, so
+``tape.gradient`` through them compiles too.
 """
 from __future__ import annotations
 
 import math
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import qr_parts
-from tfjit.lower.registry import Unsupported, register
+from tfjit.ir.module import log_determinant_parts, qr_parts
+from tfjit.ir.ops import Op
+from tfjit.lower.registry import Unsupported, broadcast_shapes, broadcast_to, register
 
 
 @register("Qr", dtypes=(dt.F32, dt.F64))
@@ -33,3 +39,102 @@ def _qr(ctx):
     packed = m.qr(m.reshape(x, shape), full)
     q, r = ((m.slice(packed, (start,), (size,))) for start, size in qr_parts(shape, full))
     return m.reshape(q, batch + (rows, k)), m.reshape(r, batch + (k, cols))
+
+
+# -- the dense solvers: one runtime-library call each (TF's kernel under the launch op,
+# linalg.cc's Eigen code in the host runner and AOT objects), on [B, M, M] matrices.
+
+def _square(ctx, x):
+    """x's batch dims and M, for a [..., M, M] input of node ``ctx.node``."""
+    if x.rank < 2 or x.shape[-1] != x.shape[-2]:
+        raise Unsupported(f"{ctx.node.op} needs square matrices [..., M, M], got {list(x.shape)}")
+    return x.shape[:-2], x.shape[-1]
+
+
+def _filled(m, value, shape, dtype):
+    return m.broadcast(m.scalar(value, dtype), shape, ())
+
+
+def _solve(ctx, op, batch_dims, a, b, **flags):
+    """op(a) x = b for a [..., M, M], b [..., M, N] of the batch dims ``batch_dims``."""
+    m, rows, cols = ctx.m, a.shape[-1], b.shape[-1]
+    out_shape = batch_dims + (rows, cols)
+    if 0 in out_shape:
+        return _filled(m, 0.0, out_shape, a.dtype)
+    batch = math.prod(batch_dims)
+    x = m.matrix_op(op, m.reshape(a, (batch, rows, rows)), m.reshape(b, (batch, rows, cols)), **flags)
+    return m.reshape(x, out_shape)
+
+
+@register("MatrixTriangularSolve", "BatchMatrixTriangularSolve", dtypes=(dt.F32, dt.F64))
+def _triangular_solve(ctx):
+    """TF's V2 op: a [..., M, M] and b [..., M, N] broadcast their batch dims (a broadcast
+    operand is copied out to the full batch before the call)."""
+    a, b = ctx.inputs
+    _, rows = _square(ctx, a)
+    if b.rank < 2 or b.shape[-2] != rows:
+        raise Unsupported(f"{ctx.node.op}: the right-hand sides {list(b.shape)} do not have "
+                          f"the {rows} rows of the matrices {list(a.shape)}")
+    batch_dims = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(ctx.m, a, batch_dims + a.shape[-2:])
+    b = broadcast_to(ctx.m, b, batch_dims + b.shape[-2:])
+    return _solve(ctx, Op.TRIANGULAR_SOLVE, batch_dims, a, b,
+                  lower=bool(ctx.attr("lower", True)), adjoint=bool(ctx.attr("adjoint", False)))
+
+
+@register("MatrixSolve", "BatchMatrixSolve", dtypes=(dt.F32, dt.F64))
+def _matrix_solve(ctx):
+    """The same batch dims on both sides (TF's MatrixSolve does not broadcast)."""
+    a, b = ctx.inputs
+    batch_dims, rows = _square(ctx, a)
+    if b.rank != a.rank or b.shape[:-1] != a.shape[:-1]:
+        raise Unsupported(f"{ctx.node.op}: the right-hand sides {list(b.shape)} do not match "
+                          f"the matrices {list(a.shape)} (the same batch dims and {rows} rows)")
+    return _solve(ctx, Op.MATRIX_SOLVE, batch_dims, a, b, adjoint=bool(ctx.attr("adjoint", False)))
+
+
+def _of_matrix(ctx, op, **flags):
+    """(batch dims, the call's result) for a [..., M, M]; None for the result when there
+    are no matrices or they are empty (the caller fills TF's result in)."""
+    (x,) = ctx.inputs
+    batch_dims, rows = _square(ctx, x)
+    if 0 in x.shape:
+        return batch_dims, None
+    batch = math.prod(batch_dims)
+    return batch_dims, ctx.m.matrix_op(op, ctx.m.reshape(x, (batch, rows, rows)), **flags)
+
+
+@register("Cholesky", "BatchCholesky", dtypes=(dt.F32, dt.F64))
+def _cholesky(ctx):
+    """TF's kernel: the lower factor; NaN in the lower triangle of a matrix that is not
+    positive definite (no error)."""
+    _, out = _of_matrix(ctx, Op.CHOLESKY)
+    return ctx.inputs[0] if out is None else ctx.m.reshape(out, ctx.inputs[0].shape)
+
+
+@register("MatrixInverse", "BatchMatrixInverse", dtypes=(dt.F32, dt.F64))
+def _matrix_inverse(ctx):
+    """A singular matrix fails the launch with TF's "Input is not invertible."."""
+    _, out = _of_matrix(ctx, Op.MATRIX_INVERSE, adjoint=bool(ctx.attr("adjoint", False)))
+    return ctx.inputs[0] if out is None else ctx.m.reshape(out, ctx.inputs[0].shape)
+
+
+@register("MatrixDeterminant", "BatchMatrixDeterminant", dtypes=(dt.F32, dt.F64))
+def _determinant(ctx):
+    """sign * exp(log |det|) from a pivoted LU, as TF's kernel; an empty matrix's is 1."""
+    batch_dims, out = _of_matrix(ctx, Op.DETERMINANT)
+    if out is None:
+        return _filled(ctx.m, 1.0, batch_dims, ctx.inputs[0].dtype)
+    return ctx.m.reshape(out, batch_dims)
+
+
+@register("LogMatrixDeterminant", dtypes=(dt.F32, dt.F64))
+def _log_determinant(ctx):
+    """(sign, log |det|), sliced out of the call's packed result; an empty matrix's is
+    (1, 0); a singular one's (0, -inf), as TF's kernel."""
+    m, dtype = ctx.m, ctx.inputs[0].dtype
+    batch_dims, packed = _of_matrix(ctx, Op.LOG_DETERMINANT)
+    if packed is None:
+        return _filled(m, 1.0, batch_dims, dtype), _filled(m, 0.0, batch_dims, dtype)
+    parts = log_determinant_parts(math.prod(batch_dims))
+    return tuple(m.reshape(m.slice(packed, (start,), (size,)), batch_dims) for start, size in parts)

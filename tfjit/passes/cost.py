@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfjit.ir.ops import LIBM, SPECIAL, Kind, Op
+from tfjit.ir.ops import LIBM, SOLVER_ATTRS, SPECIAL, Kind, Op
 from tfjit.passes import fusion as fusion_mod
 
 TRANSCENDENTAL = frozenset({
@@ -119,6 +119,13 @@ def library_flops(i) -> int:
         b, m, n = i.operands[0].shape
         k = min(m, n)
         return b * 2 * (2 * max(m, n) * k * k - 2 * k ** 3 // 3)
+    if i.op in SOLVER_ATTRS:     # LAPACK's counts: LU 2/3 m^3, Cholesky 1/3 m^3, a solve m^2 per column
+        b, m, _ = i.operands[0].shape
+        columns = i.operands[1].shape[2] if len(i.operands) > 1 else m
+        factor = {Op.TRIANGULAR_SOLVE: 0, Op.CHOLESKY: m ** 3 // 3}.get(i.op, 2 * m ** 3 // 3)
+        solve = 2 * m * m * columns if i.op in (Op.TRIANGULAR_SOLVE, Op.MATRIX_SOLVE,
+                                                Op.MATRIX_INVERSE) else 0
+        return b * (factor + solve)
     grad = i.operands[1]
     kh, kw, c, _ = i.operands[0].shape if i.op in (Op.CONV_BACKPROP_INPUT,
                                                    Op.DEPTHWISE_BACKPROP_INPUT) else i.shape

@@ -1,4 +1,4 @@
-// The runtime of tfjit-aot objects: the dot, convolution and QR entry points their
+// The runtime of tfjit-aot objects: the dot, convolution, QR and solver entry points their
 // library kernels call (tfjit_aot_rt_<kind>_<dtype>, with the arguments of
 // tf_kernels.cc's tfjit_rt_* entry points), running linalg.cc's Eigen code on the
 // calling thread. aot/runtime.py compiles this file and linalg.cc into a static
@@ -7,7 +7,8 @@
 // The runtime context is null (there is no TensorFlow) and the kernel family is
 // ignored (there is one kernel). An operand with no elements makes a sum over
 // nothing, as in tf_kernels.cc: the result is zeroed here, since linalg.cc's
-// functions take non-empty tensors only. Every call succeeds (returns 0).
+// functions take non-empty tensors only. Every call but a solver's succeeds
+// (returns 0); MatrixSolve/MatrixInverse of a singular matrix return 1.
 
 #include <algorithm>
 #include <cstdint>
@@ -57,9 +58,24 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
     return 0;                                                                        \
   }
 
+#define TFJIT_AOT_SOLVER(name, suffix, T)                                                      \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_##suffix(void*, int32_t, TFJIT_SOLVE_PARAMS(T)) {   \
+    return tfjit_linalg_table()->name##_##suffix(TFJIT_SOLVE_ARGS);                             \
+  }
+#define TFJIT_AOT_OF_MATRIX(name, suffix, T)                                                   \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_##suffix(void*, int32_t, TFJIT_MATRIX_PARAMS(T)) {  \
+    return tfjit_linalg_table()->name##_##suffix(TFJIT_MATRIX_ARGS);                            \
+  }
+
 #define TFJIT_AOT_DEFINE(suffix, T)                                                  \
   TFJIT_AOT_DOT(suffix, T)                                                           \
   TFJIT_AOT_QR(suffix, T)                                                            \
+  TFJIT_AOT_SOLVER(triangular_solve, suffix, T)                                      \
+  TFJIT_AOT_SOLVER(matrix_solve, suffix, T)                                          \
+  TFJIT_AOT_OF_MATRIX(cholesky, suffix, T)                                           \
+  TFJIT_AOT_OF_MATRIX(matrix_inverse, suffix, T)                                     \
+  TFJIT_AOT_OF_MATRIX(determinant, suffix, T)                                        \
+  TFJIT_AOT_OF_MATRIX(log_determinant, suffix, T)                                    \
   TFJIT_AOT_BACKPROP(conv2d_backprop_input, true, false, suffix, T)                  \
   TFJIT_AOT_BACKPROP(conv2d_backprop_filter, false, false, suffix, T)                \
   TFJIT_AOT_BACKPROP(depthwise_backprop_input, true, true, suffix, T)                \

@@ -1,6 +1,6 @@
 // The runtime library's own code for heavy ops: Eigen's matmul, spatial
-// convolution and HouseholderQR, and loops for the depthwise gradients, on the
-// calling thread.
+// convolution, HouseholderQR and dense solvers (triangular, LU, Cholesky), and
+// loops for the depthwise gradients, on the calling thread.
 // tf_kernels.cc runs these where there is no TensorFlow kernel to call: in the
 // host runner (runtime/host.py), whose bufs[device_slot] is null. Under
 // TfjitLaunch the same library calls run TensorFlow's own kernels.
@@ -22,6 +22,11 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <cmath>
+#include <limits>
+
+#include "Eigen/Cholesky"
+#include "Eigen/LU"
 #include "Eigen/QR"
 #include "unsupported/Eigen/CXX11/Tensor"
 #include "xla/tsl/framework/convolution/eigen_spatial_convolutions.h"
@@ -223,12 +228,123 @@ void Qr(TFJIT_QR_PARAMS(T)) {
   }
 }
 
+// The dense solvers as TF's CPU kernels compute them (linalg/*_op.cc), matrix by
+// matrix on row-major maps.
+template <typename T>
+using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// MatrixTriangularSolve: Eigen's triangular solve of the lower or upper triangle
+// (or its transpose); no pivot check, a zero on the diagonal gives inf/NaN.
+template <typename T>
+int32_t TriangularSolve(TFJIT_SOLVE_PARAMS(T)) {
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::Map<const RowMatrix<T>> matrix(a + i * m * m, m, m);
+    Eigen::Map<const RowMatrix<T>> rhs(b + i * m * n, m, n);
+    Eigen::Map<RowMatrix<T>> x(out + i * m * n, m, n);
+    if (lower) {
+      auto triangle = matrix.template triangularView<Eigen::Lower>();
+      if (adjoint) x.noalias() = triangle.adjoint().solve(rhs);
+      else x.noalias() = triangle.solve(rhs);
+    } else {
+      auto triangle = matrix.template triangularView<Eigen::Upper>();
+      if (adjoint) x.noalias() = triangle.adjoint().solve(rhs);
+      else x.noalias() = triangle.solve(rhs);
+    }
+  }
+  return 0;
+}
+
+// The partially pivoted LU of op(a) (MatrixSolve, MatrixInverse); false where a
+// pivot is exactly zero, TF's "not invertible" check.
+template <typename T>
+bool Factor(Eigen::PartialPivLU<RowMatrix<T>>& lu, const T* a, int64_t m, bool adjoint) {
+  Eigen::Map<const RowMatrix<T>> matrix(a, m, m);
+  if (adjoint) lu.compute(matrix.adjoint());
+  else lu.compute(matrix);
+  return lu.matrixLU().diagonal().cwiseAbs().minCoeff() > T(0);
+}
+
+template <typename T>
+int32_t MatrixSolve(TFJIT_SOLVE_PARAMS(T)) {
+  Eigen::PartialPivLU<RowMatrix<T>> lu(m);
+  for (int64_t i = 0; i < batch; ++i) {
+    if (!Factor(lu, a + i * m * m, m, adjoint)) return 1;
+    Eigen::Map<RowMatrix<T>>(out + i * m * n, m, n) =
+        lu.solve(Eigen::Map<const RowMatrix<T>>(b + i * m * n, m, n));
+  }
+  return 0;
+}
+
+template <typename T>
+int32_t MatrixInverse(TFJIT_MATRIX_PARAMS(T)) {
+  Eigen::PartialPivLU<RowMatrix<T>> lu(m);
+  for (int64_t i = 0; i < batch; ++i) {
+    if (!Factor(lu, a + i * m * m, m, adjoint)) return 1;
+    Eigen::Map<RowMatrix<T>>(out + i * m * m, m, m) = lu.inverse();
+  }
+  return 0;
+}
+
+// Cholesky: Eigen's LLT of the lower triangle; where it fails (not positive
+// definite), NaN in the lower triangle and, unlike TF's kernel (which leaves
+// it as allocated), zeros above.
+template <typename T>
+int32_t Cholesky(TFJIT_MATRIX_PARAMS(T)) {
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::LLT<RowMatrix<T>> llt(Eigen::Map<const RowMatrix<T>>(a + i * m * m, m, m));
+    Eigen::Map<RowMatrix<T>> l(out + i * m * m, m, m);
+    if (llt.info() == Eigen::Success) {
+      l = llt.matrixL();
+    } else {
+      l.setZero();
+      l.template triangularView<Eigen::Lower>().fill(std::numeric_limits<T>::quiet_NaN());
+    }
+  }
+  return 0;
+}
+
+// TF's SLogDet: sign and log |det| from the partially pivoted LU of a column-major
+// copy; a non-finite log becomes sign 0 and log +-inf.
+template <typename T>
+void SLogDet(const T* a, int64_t m, T* sign, T* log_abs_det) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+  Eigen::PartialPivLU<Matrix> lu(Matrix(Eigen::Map<const RowMatrix<T>>(a, m, m)));
+  const Matrix factors = lu.matrixLU();
+  const auto diagonal = factors.diagonal().array().eval();
+  const auto magnitude = diagonal.cwiseAbs().eval();
+  T log = magnitude.log().sum();
+  T s = T(lu.permutationP().determinant()) * (diagonal / magnitude).prod();
+  if (!std::isfinite(log)) {
+    s = T(0);
+    log = log > 0 ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity();
+  }
+  *sign = s;
+  *log_abs_det = log;
+}
+
+template <typename T>
+int32_t Determinant(TFJIT_MATRIX_PARAMS(T)) {
+  for (int64_t i = 0; i < batch; ++i) {
+    T sign, log;
+    SLogDet(a + i * m * m, m, &sign, &log);
+    out[i] = sign * std::exp(log);
+  }
+  return 0;
+}
+
+template <typename T>
+int32_t LogDeterminant(TFJIT_MATRIX_PARAMS(T)) {
+  for (int64_t i = 0; i < batch; ++i) SLogDet(a + i * m * m, m, out + i, out + TfjitLogDetOffset(batch) + i);
+  return 0;
+}
+
 }  // namespace
 
 // The table's entries for one dtype, in TFJIT_LINALG_FIELDS order.
 #define TFJIT_ENTRIES(T)                                                            \
   Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
-      DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>
+      DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>, TriangularSolve<T>,   \
+      MatrixSolve<T>, Cholesky<T>, MatrixInverse<T>, Determinant<T>, LogDeterminant<T>
 
 TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
   static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};

@@ -52,6 +52,25 @@ inline int64_t TfjitQrROffset(int64_t batch, int64_t m, int64_t n, int32_t full_
   return (batch * m * k + 15) / 16 * 16;
 }
 
+// The dense solvers, on the square matrices a [batch, m, m] (batch, m > 0):
+//   triangular_solve, matrix_solve: out [batch, m, n] = op(a)^-1 b, b [batch, m, n]
+//     (n > 0); op(a) = a^T when `adjoint`; triangular_solve reads a's lower
+//     (`lower`) or upper triangle only, matrix_solve ignores `lower`.
+//   cholesky: out [batch, m, m], the lower factor (NaN lower triangle where a is not
+//     positive definite, as TF's kernel); matrix_inverse: out = op(a)^-1;
+//   determinant: out [batch]; log_determinant: the signs [batch], then log |det|
+//     [batch] from TfjitLogDetOffset (ir/module.py's log_determinant_parts).
+// Each returns 0, or 1 where TF's kernel fails: matrix_solve and matrix_inverse on a
+// matrix whose LU has an exact zero pivot ("not invertible").
+#define TFJIT_SOLVE_PARAMS(T)                                                             \
+  T *out, const T *a, const T *b, int64_t batch, int64_t m, int64_t n, int32_t lower,     \
+      int32_t adjoint
+#define TFJIT_SOLVE_ARGS out, a, b, batch, m, n, lower, adjoint
+#define TFJIT_MATRIX_PARAMS(T) T *out, const T *a, int64_t batch, int64_t m, int32_t adjoint
+#define TFJIT_MATRIX_ARGS out, a, batch, m, adjoint
+
+inline int64_t TfjitLogDetOffset(int64_t batch) { return (batch + 15) / 16 * 16; }
+
 // The host library (linalg.cc, a shared library of its own, built when a host
 // run first needs it) hands the op library its functions in one table:
 // tfjit_linalg_table() returns it, and tfjit_rt_set_linalg (tf_kernels.cc)
@@ -65,6 +84,10 @@ template <typename T>
 using TfjitBackpropFn = void (*)(TFJIT_BACKPROP_PARAMS(T));
 template <typename T>
 using TfjitQrFn = void (*)(TFJIT_QR_PARAMS(T));
+template <typename T>
+using TfjitSolveFn = int32_t (*)(TFJIT_SOLVE_PARAMS(T));
+template <typename T>
+using TfjitMatrixFn = int32_t (*)(TFJIT_MATRIX_PARAMS(T));
 
 #define TFJIT_LINALG_FIELDS(suffix, T)                   \
   TfjitDotFn<T> dot_##suffix;                            \
@@ -73,7 +96,13 @@ using TfjitQrFn = void (*)(TFJIT_QR_PARAMS(T));
   TfjitBackpropFn<T> conv2d_backprop_filter_##suffix;    \
   TfjitBackpropFn<T> depthwise_backprop_input_##suffix;  \
   TfjitBackpropFn<T> depthwise_backprop_filter_##suffix; \
-  TfjitQrFn<T> qr_##suffix;
+  TfjitQrFn<T> qr_##suffix;                              \
+  TfjitSolveFn<T> triangular_solve_##suffix;             \
+  TfjitSolveFn<T> matrix_solve_##suffix;                 \
+  TfjitMatrixFn<T> cholesky_##suffix;                    \
+  TfjitMatrixFn<T> matrix_inverse_##suffix;              \
+  TfjitMatrixFn<T> determinant_##suffix;                 \
+  TfjitMatrixFn<T> log_determinant_##suffix;
 
 struct TfjitLinalg {
   int64_t size;   // sizeof(TfjitLinalg) where the table was filled

@@ -40,6 +40,8 @@
 //     (filter), `grad` the gradient of the forward output.
 //   tfjit_rt_qr_<t>(runtime, kernel, TFJIT_QR_PARAMS)
 //     TF's Qr: Q then R of each of `batch` m x n matrices, packed in `out`.
+//   The dense solvers (MatrixTriangularSolve, MatrixSolve, Cholesky, MatrixInverse,
+//   MatrixDeterminant, LogMatrixDeterminant) are tf_solvers.cc's.
 //   (The parameter lists are spelled out in linalg.h.)
 
 #include <algorithm>
@@ -55,6 +57,7 @@
 #include "absl/synchronization/mutex.h"
 #include "linalg.h"
 #include "runtime.h"
+#include "tf_kernels.h"
 #include "tensorflow/core/framework/allocation_description.pb.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
@@ -85,6 +88,8 @@ class BorrowedBuffer : public TensorBuffer {
   const size_t bytes_;
 };
 
+}  // namespace
+
 Tensor Borrow(DataType dtype, const TensorShape& shape, const void* data) {
   auto* buffer = new BorrowedBuffer(const_cast<void*>(data),
                                     shape.num_elements() * DataTypeSize(dtype));
@@ -92,6 +97,8 @@ Tensor Borrow(DataType dtype, const TensorShape& shape, const void* data) {
   buffer->Unref();
   return t;
 }
+
+namespace {
 
 Tensor Sizes(int64_t a, int64_t b, int64_t c, int64_t d) {   // an int32 shape operand
   Tensor t(DT_INT32, TensorShape({4}));
@@ -153,17 +160,6 @@ const char* OneDnnOp(absl::string_view op) {
   return it == ops->end() ? nullptr : it->second;
 }
 constexpr char kOneDnnLabel[] = "MklNameChangeOp";
-
-// A kernel to create: TF op, dtype, inputs, and its other attributes (`attrs`
-// adds them to a node, and must outlive the spec; `attrs_key` says the same
-// as a string).
-struct KernelSpec {
-  const char* op;
-  DataType dtype;
-  int num_inputs;
-  std::string attrs_key;
-  absl::FunctionRef<void(NodeDef*)> attrs;
-};
 
 absl::StatusOr<std::unique_ptr<OpKernel>> CreateKernel(OpKernelContext* ctx,
                                                        const KernelSpec& spec, const char* op,
@@ -513,7 +509,6 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
 template <typename T>
 int32_t Qr(void* runtime, int32_t /*family*/, TFJIT_QR_PARAMS(T), HostFn<TfjitQrFn<T>> eigen) {
   if (runtime == nullptr) return RunOnHost(eigen, TFJIT_QR_ARGS);
-  auto* rt = static_cast<RuntimeContext*>(runtime);
   const DataType dtype = DataTypeToEnum<T>::v();
   const int64_t k = full_matrices ? m : std::min(m, n);
   auto attrs = [&](NodeDef* def) { AddNodeAttr("full_matrices", full_matrices != 0, def); };
@@ -522,6 +517,14 @@ int32_t Qr(void* runtime, int32_t /*family*/, TFJIT_QR_PARAMS(T), HostFn<TfjitQr
   const Tensor outs[2] = {Borrow(dtype, TensorShape({batch, m, k}), out),
                           Borrow(dtype, TensorShape({batch, k, n}),
                                  out + TfjitQrROffset(batch, m, n, full_matrices))};
+  return RunDefault(runtime, spec, inputs, outs);
+}
+
+}  // namespace
+
+int32_t RunDefault(void* runtime, const KernelSpec& spec, absl::Span<Tensor> inputs,
+                   absl::Span<const Tensor> outs) {
+  auto* rt = static_cast<RuntimeContext*>(runtime);
   absl::StatusOr<OpKernel*> kernel = CachedKernel(rt->ctx, kDefault, spec);
   absl::Status status = kernel.ok() ? Compute(rt->ctx, *kernel, inputs, outs) : kernel.status();
   if (status.ok()) return 0;
@@ -529,7 +532,8 @@ int32_t Qr(void* runtime, int32_t /*family*/, TFJIT_QR_PARAMS(T), HostFn<TfjitQr
   return 1;
 }
 
-}  // namespace
+const TfjitLinalg* HostLinalg() { return host_linalg.load(std::memory_order_acquire); }
+
 }  // namespace tfjit
 }  // namespace tensorflow
 

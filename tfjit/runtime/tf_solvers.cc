@@ -1,0 +1,111 @@
+// The runtime library's dense solvers (ABI: linalg.h, called as tf_kernels.cc's
+// entry points are, by codegen/library.py):
+//   tfjit_rt_{triangular_solve,matrix_solve}_<t>(runtime, kernel, TFJIT_SOLVE_PARAMS)
+//   tfjit_rt_{cholesky,matrix_inverse,determinant,log_determinant}_<t>(runtime, kernel,
+//                                                                     TFJIT_MATRIX_PARAMS)
+// Under TfjitLaunch each runs TF's own CPU kernel (MatrixTriangularSolve,
+// MatrixSolve, Cholesky, MatrixInverse, MatrixDeterminant, LogMatrixDeterminant;
+// TF has no oneDNN ones, so `kernel` is ignored) on tfjit's buffers, so results and
+// failures are TF's: MatrixSolve/MatrixInverse of a singular matrix return 1 with
+// TF's InvalidArgument status in the runtime context. Without a launch (the host
+// runner) they run linalg.cc's Eigen code, which fails the same calls.
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "linalg.h"
+#include "tensorflow/core/framework/node_def_util.h"
+#include "tensorflow/core/framework/types.h"
+#include "tf_kernels.h"
+
+namespace tensorflow {
+namespace tfjit {
+namespace {
+
+template <typename Fn>
+using HostFn = Fn TfjitLinalg::*;
+
+// The host library's `fn` on `args`; 1, a failed call, when the host runner has not
+// handed the library over (runtime/host.py always does first).
+template <typename Fn, typename... Args>
+int32_t OnHost(HostFn<Fn> fn, Args... args) {
+  const TfjitLinalg* table = HostLinalg();
+  return table == nullptr ? 1 : (table->*fn)(args...);
+}
+
+TensorShape Matrices(int64_t batch, int64_t rows, int64_t cols) {
+  return TensorShape({batch, rows, cols});
+}
+
+// MatrixTriangularSolve (lower, adjoint) or MatrixSolve (adjoint) of a [batch, m, m]
+// and b [batch, m, n].
+template <typename T>
+int32_t Solve(bool triangular, void* runtime, TFJIT_SOLVE_PARAMS(T),
+              HostFn<TfjitSolveFn<T>> eigen) {
+  if (runtime == nullptr) return OnHost(eigen, TFJIT_SOLVE_ARGS);
+  const DataType dtype = DataTypeToEnum<T>::v();
+  auto attrs = [&](NodeDef* def) {
+    if (triangular) AddNodeAttr("lower", lower != 0, def);
+    AddNodeAttr("adjoint", adjoint != 0, def);
+  };
+  const KernelSpec spec{triangular ? "MatrixTriangularSolve" : "MatrixSolve", dtype, 2,
+                        absl::StrCat(triangular && lower, adjoint), attrs};
+  Tensor inputs[2] = {Borrow(dtype, Matrices(batch, m, m), a), Borrow(dtype, Matrices(batch, m, n), b)};
+  const Tensor outs[1] = {Borrow(dtype, Matrices(batch, m, n), out)};
+  return RunDefault(runtime, spec, inputs, outs);
+}
+
+// Cholesky, MatrixInverse (adjoint), MatrixDeterminant, LogMatrixDeterminant of
+// a [batch, m, m].
+template <typename T>
+int32_t OfMatrix(const char* op, void* runtime, TFJIT_MATRIX_PARAMS(T),
+                 HostFn<TfjitMatrixFn<T>> eigen) {
+  if (runtime == nullptr) return OnHost(eigen, TFJIT_MATRIX_ARGS);
+  const DataType dtype = DataTypeToEnum<T>::v();
+  const bool inverse = std::string_view(op) == "MatrixInverse";
+  auto attrs = [&](NodeDef* def) {
+    if (inverse) AddNodeAttr("adjoint", adjoint != 0, def);
+  };
+  const KernelSpec spec{op, dtype, 1, absl::StrCat(inverse && adjoint), attrs};
+  Tensor inputs[1] = {Borrow(dtype, Matrices(batch, m, m), a)};
+  if (std::string_view(op) == "LogMatrixDeterminant") {
+    const Tensor outs[2] = {Borrow(dtype, TensorShape({batch}), out),
+                            Borrow(dtype, TensorShape({batch}), out + TfjitLogDetOffset(batch))};
+    return RunDefault(runtime, spec, inputs, outs);
+  }
+  const bool determinant = std::string_view(op) == "MatrixDeterminant";
+  // TF's Cholesky writes only the lower triangle of a matrix it cannot factor (NaN),
+  // leaving the rest as allocated: tfjit's buffer holds zeros there instead.
+  if (std::string_view(op) == "Cholesky") std::fill(out, out + batch * m * m, T(0));
+  const Tensor outs[1] = {Borrow(dtype, determinant ? TensorShape({batch}) : Matrices(batch, m, m), out)};
+  return RunDefault(runtime, spec, inputs, outs);
+}
+
+}  // namespace
+}  // namespace tfjit
+}  // namespace tensorflow
+
+#define TFJIT_SOLVER(name, triangular, suffix, T)                                              \
+  TFJIT_EXPORT int32_t tfjit_rt_##name##_##suffix(void* runtime, int32_t,                        \
+                                                  TFJIT_SOLVE_PARAMS(T)) {                       \
+    return tensorflow::tfjit::Solve<T>(triangular, runtime, TFJIT_SOLVE_ARGS,                    \
+                                       &TfjitLinalg::name##_##suffix);                            \
+  }
+#define TFJIT_OF_MATRIX(name, op, suffix, T)                                                     \
+  TFJIT_EXPORT int32_t tfjit_rt_##name##_##suffix(void* runtime, int32_t,                        \
+                                                  TFJIT_MATRIX_PARAMS(T)) {                      \
+    return tensorflow::tfjit::OfMatrix<T>(op, runtime, TFJIT_MATRIX_ARGS,                        \
+                                          &TfjitLinalg::name##_##suffix);                         \
+  }
+#define TFJIT_SOLVERS(suffix, T)                                                                 \
+  TFJIT_SOLVER(triangular_solve, true, suffix, T)                                                \
+  TFJIT_SOLVER(matrix_solve, false, suffix, T)                                                   \
+  TFJIT_OF_MATRIX(cholesky, "Cholesky", suffix, T)                                               \
+  TFJIT_OF_MATRIX(matrix_inverse, "MatrixInverse", suffix, T)                                    \
+  TFJIT_OF_MATRIX(determinant, "MatrixDeterminant", suffix, T)                                   \
+  TFJIT_OF_MATRIX(log_determinant, "LogMatrixDeterminant", suffix, T)
+
+TFJIT_SOLVERS(f32, float)
+TFJIT_SOLVERS(f64, double)
