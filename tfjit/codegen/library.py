@@ -1,5 +1,5 @@
 """Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution,
-the convolution gradients, QR and the dense solvers).
+the convolution gradients, QR, the dense solvers and the spectral decompositions).
 
 A library kernel has the launch op's kernel ABI, ``void k(void** bufs, i64 begin,
 i64 end)``, and runs as a single row: it loads its operands' and result's
@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
-from tfjit.ir.ops import SOLVER_ATTRS, Op
+from tfjit.ir.ops import SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
 from tfjit.passes.fusion import library_source
 
@@ -38,6 +38,8 @@ SIGNATURES = {
     **{name: [I64, I64, I64, I32, I32] for name in ("triangular_solve", "matrix_solve")},
     **{name: [I64, I64, I32] for name in ("cholesky", "matrix_inverse", "determinant",
                                           "log_determinant")},
+    # the spectral decompositions: (batch, m, n, compute_v/compute_uv, full_matrices)
+    **{name: [I64, I64, I64, I32, I32] for name in ("self_adjoint_eig", "svd")},
 }
 
 
@@ -95,6 +97,13 @@ def _solver_args(i) -> list:
     return [i64(batch), i64(rows), flags[1]]
 
 
+def _spectral_args(i) -> list:
+    batch, rows, cols = i.operands[0].shape
+    flags = [ir.Constant(I32, i.attrs.get(k, 0)) for k in ("compute_v" if i.op is Op.SELF_ADJOINT_EIG
+                                                           else "compute_uv", "full_matrices")]
+    return [i64(batch), i64(rows), i64(cols)] + flags
+
+
 # op -> (runtime function, its arguments, the TF kernel it runs under the launch op)
 _CALLS = {
     Op.DOT: ("dot", _dot_args, lambda i: "BatchMatMulV2" if i.rank == 3 and i.shape[0] > 1 else "MatMul"),
@@ -113,6 +122,8 @@ _CALLS = {
         (Op.MATRIX_INVERSE, "matrix_inverse", "MatrixInverse"),
         (Op.DETERMINANT, "determinant", "MatrixDeterminant"),
         (Op.LOG_DETERMINANT, "log_determinant", "LogMatrixDeterminant"))},
+    Op.SELF_ADJOINT_EIG: ("self_adjoint_eig", _spectral_args, lambda i: "SelfAdjointEigV2"),
+    Op.SVD: ("svd", _spectral_args, lambda i: "Svd"),
 }
 
 
@@ -136,7 +147,7 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
     kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
     Keras CNN step), which is why it is not done where the answer is known."""
-    if i.op is Op.QR or i.op in SOLVER_ATTRS:
+    if i.op is Op.QR or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"

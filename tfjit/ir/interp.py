@@ -38,7 +38,7 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
-from tfjit.ir.ops import CONV_BACKPROPS, SOLVER_ATTRS, Op
+from tfjit.ir.ops import CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 
 
 class IntegerDivisionByZero(ValueError):
@@ -562,6 +562,7 @@ _EVAL = {
     **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
     Op.QR: _fpu_instr(interp_linalg.qr),
     **{op: _fpu_instr(interp_linalg.solver) for op in SOLVER_ATTRS},
+    **{op: _fpu_instr(interp_linalg.spectral) for op in SPECTRAL_ATTRS},
 }
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
 _EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice

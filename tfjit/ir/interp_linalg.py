@@ -1,13 +1,14 @@
 """The interpreter's runtime-library ops (interp.py): the same contractions as the
 runtime library's, summed in a different order, and LAPACK's Householder QR (numpy's)
 where the runtime runs Eigen's, with the same sign conventions; LAPACK's LU and
-Cholesky and a substitution loop for the dense solvers; so a compiled result matches
+Cholesky and a substitution loop for the dense solvers, LAPACK's symmetric eigensolver and
+SVD (whose vectors' signs may differ from Eigen's: compare them up to sign); so a compiled result matches
 these within float tolerance, not bit for bit."""
 from __future__ import annotations
 
 import numpy as np
 
-from tfjit.ir.module import log_determinant_parts, qr_parts
+from tfjit.ir.module import log_determinant_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import Op
 
 def dot(lhs, rhs, transpose_lhs, transpose_rhs):
@@ -131,4 +132,30 @@ def solver(instr, a, *rhs):
     out = np.zeros(instr.shape, a.dtype)
     for part, (start, size) in zip((sign, log), log_determinant_parts(a.shape[0])):
         out[start:start + size] = part
+    return out
+
+
+class NotConverged(ValueError):
+    """SELF_ADJOINT_EIG or SVD did not converge (LAPACK's failure; a NaN or inf input),
+    where TF's SelfAdjointEigV2 kernel fails with "Self-adjoint eigen decomposition was
+    not successful"."""
+
+
+def spectral(instr, x):
+    """SELF_ADJOINT_EIG (the lower triangle, as Eigen's solver reads it) or SVD of x
+    [B, M, N], packed as module.spectral_parts says (the gaps are zeros)."""
+    attrs = instr.attrs
+    try:
+        if instr.op is Op.SELF_ADJOINT_EIG:
+            parts = np.linalg.eigh(x, UPLO="L") if attrs["compute_v"] else (np.linalg.eigvalsh(x, UPLO="L"),)
+        elif attrs["compute_uv"]:
+            u, s, vh = np.linalg.svd(x, full_matrices=bool(attrs["full_matrices"]))
+            parts = (s, u, np.swapaxes(vh, -1, -2))
+        else:
+            parts = (np.linalg.svd(x, compute_uv=False),)
+    except np.linalg.LinAlgError as e:
+        raise NotConverged(f"{instr.op.spelling}: {e}") from e
+    out = np.zeros(instr.shape, x.dtype)
+    for part, (start, size) in zip(parts, spectral_parts(instr.op, x.shape, attrs)):
+        out[start:start + size] = part.reshape(-1)
     return out

@@ -21,8 +21,8 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL, TYPED_RESULT,
-                          Kind, Op,
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL, SPECTRAL_ATTRS,
+                          TYPED_RESULT, Kind, Op,
                           REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
@@ -374,6 +374,19 @@ class Module:
         flags = {"lower": int(bool(lower)), "adjoint": int(bool(adjoint))}
         return self._add(Instr(op, a.dtype, shape, operands, {k: flags[k] for k in SOLVER_ATTRS[op]}))
 
+    def spectral(self, op: Op, x: Instr, **flags: bool) -> Instr:
+        """A spectral decomposition (``SPECTRAL_ATTRS``: SELF_ADJOINT_EIG of square, SVD of
+        any non-empty f32/f64 matrices x [B, M, N]), its parts packed in one flat result
+        (``spectral_parts``); ``flags`` are the op's attributes, each False if not given."""
+        attrs = {k: int(bool(flags.get(k, False))) for k in SPECTRAL_ATTRS.get(op, ())}
+        if op not in SPECTRAL_ATTRS or set(flags) - set(attrs) or x.rank != 3 \
+                or x.dtype not in LIBRARY_DTYPES or 0 in x.shape \
+                or (op is Op.SELF_ADJOINT_EIG and x.shape[1] != x.shape[2]):
+            raise IRError(f"{op.spelling} of {x.dtype.name}{list(x.shape)} ({sorted(flags)}): needs "
+                          f"non-empty f32/f64 {'[B, M, M]' if op is Op.SELF_ADJOINT_EIG else '[B, M, N]'}")
+        start, size = spectral_parts(op, x.shape, attrs)[-1]
+        return self._add(Instr(op, x.dtype, (start + size,), (x,), attrs))
+
     def argreduce(self, x: Instr, kind: str, dtype: dt.DType) -> Instr:
         """Index of the first max/min along the last dimension, as TF's kernel: from index 0
         and the dtype's lowest (highest) finite value, only a strictly better element
@@ -528,6 +541,26 @@ def log_determinant_parts(batch: int) -> tuple:
     ``log-determinant`` result of ``batch`` matrices; the logs start at a multiple of 16
     elements (64-byte aligned, as ``qr_parts``; runtime/linalg.h says the same)."""
     return (0, batch), (-(-batch // 16) * 16, batch)
+
+
+def spectral_parts(op: Op, shape: tuple, attrs: dict) -> list:
+    """[(start, size), ...] of the parts of a ``spectral`` result of x [B, M, N] (ops.py:
+    the eigenvalues, then the eigenvectors; the singular values, then U and V; the values
+    only without compute_v/compute_uv), each starting at a multiple of 16 elements
+    (64-byte aligned, as ``qr_parts``; runtime/linalg.h says the same)."""
+    b, rows, cols = shape
+    k = min(rows, cols)
+    sizes = [b * k]
+    if op is Op.SELF_ADJOINT_EIG and attrs["compute_v"]:
+        sizes.append(b * rows * rows)
+    elif op is Op.SVD and attrs["compute_uv"]:
+        full = attrs["full_matrices"]
+        sizes += [b * rows * (rows if full else k), b * cols * (cols if full else k)]
+    parts, start = [], 0
+    for size in sizes:
+        parts.append((start, size))
+        start = -(-(start + size) // 16) * 16
+    return parts
 
 
 def scatter_identity(kind: str, d: dt.DType):

@@ -177,6 +177,13 @@ class Op(enum.Enum):
     DETERMINANT = ("determinant", Kind.LIBRARY, 1)             # [B]: sign * exp(log |det|)
     # [B] signs then [B] log |det| in one flat result (module.log_determinant_parts)
     LOG_DETERMINANT = ("log-determinant", Kind.LIBRARY, 1)
+    # spectral decompositions of x [B, M, N] (TF's Eigen kernels), their parts packed in
+    # one flat result where module.spectral_parts says: SELF_ADJOINT_EIG (M = N, the lower
+    # triangle read) the eigenvalues [B, M] ascending, then (compute_v) the eigenvectors
+    # [B, M, M] as columns; SVD the singular values [B, K] descending, K = min(M, N), then
+    # (compute_uv) U [B, M, P] and V [B, N, Q], P = M, Q = N (full_matrices) or P = Q = K
+    SELF_ADJOINT_EIG = ("self-adjoint-eig", Kind.LIBRARY, 1)   # attrs: compute_v
+    SVD = ("svd", Kind.LIBRARY, 1)                              # attrs: compute_uv, full_matrices
     # run-time indices (operands after the first (two): one integer scalar per dim, clamped
     # so the window fits, as HLO's)
     DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
@@ -210,6 +217,9 @@ CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
 SOLVER_ATTRS = {Op.TRIANGULAR_SOLVE: ("lower", "adjoint"), Op.MATRIX_SOLVE: ("adjoint",),
                 Op.CHOLESKY: (), Op.MATRIX_INVERSE: ("adjoint",), Op.DETERMINANT: (),
                 Op.LOG_DETERMINANT: ()}
+
+# the spectral decompositions (module.spectral builds them) and the attributes each takes
+SPECTRAL_ATTRS = {Op.SELF_ADJOINT_EIG: ("compute_v",), Op.SVD: ("compute_uv", "full_matrices")}
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})

@@ -15,7 +15,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import TUPLE, Instr, IRError, Module
-from tfjit.ir.ops import SOLVER_ATTRS, TYPED_RESULT, Kind, Op
+from tfjit.ir.ops import SOLVER_ATTRS, SPECTRAL_ATTRS, TYPED_RESULT, Kind, Op
 
 _HEADER = re.compile(r"(module|computation)\s+([\w.\-]+)\s*\{$")
 _INSTR = re.compile(r"%([\w.\-]+)\s*=\s*(\w+\[[\d,\s]*\]|\([\w\[\]\d,\s]*\))\s+([\w\-]+)\((.*)$")
@@ -267,6 +267,8 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.qr(xs[0], a("full_matrices", 0))
     elif op in SOLVER_ATTRS:
         instr = m.matrix_op(op, *xs, lower=a("lower", 0), adjoint=a("adjoint", 0))
+    elif op in SPECTRAL_ATTRS:
+        instr = m.spectral(op, xs[0], **{k: a(k, 0) for k in SPECTRAL_ATTRS[op]})
     elif op.kind is Kind.LIBRARY:    # the convolution gradients
         instr = m.conv_backprop(op, xs[0], xs[1], shape, a("strides", ()), a("padding", ()))
     elif op is Op.DYNAMIC_SLICE:

@@ -1,5 +1,5 @@
 """Matrix decompositions and solvers: Qr, MatrixTriangularSolve, MatrixSolve, Cholesky,
-MatrixInverse, MatrixDeterminant, LogMatrixDeterminant.
+MatrixInverse, MatrixDeterminant, LogMatrixDeterminant, SelfAdjointEigV2, Svd.
 
 ``tf.linalg.qr`` becomes one IR ``qr``, a runtime-library call (as MatMul's dot is):
 under the launch op it runs TF's own Qr kernel, in the host runner and in AOT
@@ -11,14 +11,19 @@ tolerance, where the call matches it bit for bit under the launch op.  The solve
 are calls for the same reasons (substitution and pivoted LU are row-by-row dependent
 chains), each TF's kernel's own algorithm: Eigen's triangular solve, PartialPivLU, LLT.
 TF's gradients of these ops are made of these ops, MatMul and MatrixBandPart, so
-``tape.gradient`` through them compiles too.
+``tape.gradient`` through them compiles too.  SelfAdjointEigV2 and Svd are calls of
+Eigen's SelfAdjointEigenSolver and BDCSVD (iterative QR sweeps and divide and conquer,
+with data-dependent iteration counts), so their vectors' signs are TF's under the
+launch op.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from tfjit import dtypes as dt
-from tfjit.ir.module import log_determinant_parts, qr_parts
+from tfjit.ir.module import log_determinant_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import Unsupported, broadcast_shapes, broadcast_to, register
 
@@ -138,3 +143,68 @@ def _log_determinant(ctx):
         return _filled(m, 1.0, batch_dims, dtype), _filled(m, 0.0, batch_dims, dtype)
     parts = log_determinant_parts(math.prod(batch_dims))
     return tuple(m.reshape(m.slice(packed, (start,), (size,)), batch_dims) for start, size in parts)
+
+
+# -- the spectral decompositions: one call each, as the solvers, on [B, M, N] matrices.
+
+def _spectral(ctx, op, x, **flags):
+    """The parts (values, then any vectors) of ``op`` of x [..., M, N] (non-empty), each
+    a flat slice of the call's packed result."""
+    shape = (math.prod(x.shape[:-2]),) + x.shape[-2:]
+    packed = ctx.m.spectral(op, ctx.m.reshape(x, shape), **flags)
+    attrs = {k: int(v) for k, v in flags.items()}
+    return [ctx.m.slice(packed, (start,), (size,)) for start, size in spectral_parts(op, shape, attrs)]
+
+
+def _identities(m, batch_dims, n, dtype):
+    """I [..., n, n] over ``batch_dims``."""
+    eye = m.constant(np.eye(n), dtype)
+    return m.broadcast(eye, batch_dims + (n, n), (len(batch_dims), len(batch_dims) + 1))
+
+
+@register("SelfAdjointEigV2", "BatchSelfAdjointEigV2", dtypes=(dt.F32, dt.F64))
+def _self_adjoint_eig(ctx):
+    """(e [..., M] ascending, v [..., M, M]) of the lower triangles, as TF's kernel (a
+    NaN or inf input fails the launch with its InvalidArgumentError).  Without
+    compute_v, v is the empty [0] of TF's shape function (TF's kernel leaves a scalar
+    unset there)."""
+    (x,) = ctx.inputs
+    batch_dims, rows = _square(ctx, x)
+    vectors = bool(ctx.attr("compute_v", True))
+    m, dtype = ctx.m, x.dtype
+    if 0 in x.shape:
+        e, v = _filled(m, 0.0, batch_dims + (rows,), dtype), _filled(m, 0.0, x.shape, dtype)
+    else:
+        parts = _spectral(ctx, Op.SELF_ADJOINT_EIG, x, compute_v=vectors)
+        e = m.reshape(parts[0], batch_dims + (rows,))
+        v = m.reshape(parts[1], x.shape) if vectors else None
+    return e, v if vectors else _filled(m, 0.0, (0,), dtype)
+
+
+@register("Svd", "BatchSvd", dtypes=(dt.F32, dt.F64))
+def _svd(ctx):
+    """(s [..., K] descending, u [..., M, P], v [..., N, Q]), K = min(M, N), P = M and
+    Q = N when full_matrices, else P = Q = K: Eigen's BDCSVD as TF's kernel.  Of empty
+    matrices, u and v are identities where full_matrices, as TF's kernel makes them.
+    Without compute_uv, u and v are the empty [0] of TF's shape function."""
+    (x,) = ctx.inputs
+    if x.rank < 2:
+        raise Unsupported(f"{ctx.node.op} needs matrices [..., M, N], got {list(x.shape)}")
+    batch_dims, (rows, cols) = x.shape[:-2], x.shape[-2:]
+    k = min(rows, cols)
+    vectors, full = bool(ctx.attr("compute_uv", True)), bool(ctx.attr("full_matrices", False))
+    p, q = (rows, cols) if full else (k, k)
+    m, dtype = ctx.m, x.dtype
+    if not vectors:
+        none = _filled(m, 0.0, (0,), dtype)
+        s = (_filled(m, 0.0, batch_dims + (k,), dtype) if 0 in x.shape else
+             m.reshape(_spectral(ctx, Op.SVD, x, compute_uv=False, full_matrices=False)[0], batch_dims + (k,)))
+        return s, none, none
+    if 0 in x.shape:
+        if full and 0 not in batch_dims:
+            return (_filled(m, 0.0, batch_dims + (0,), dtype), _identities(m, batch_dims, rows, dtype),
+                    _identities(m, batch_dims, cols, dtype))
+        return tuple(_filled(m, 0.0, batch_dims + shape, dtype) for shape in ((k,), (rows, p), (cols, q)))
+    s, u, v = _spectral(ctx, Op.SVD, x, compute_uv=True, full_matrices=full)
+    return (m.reshape(s, batch_dims + (k,)), m.reshape(u, batch_dims + (rows, p)),
+            m.reshape(v, batch_dims + (cols, q)))

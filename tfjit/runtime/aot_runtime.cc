@@ -1,4 +1,4 @@
-// The runtime of tfjit-aot objects: the dot, convolution, QR and solver entry points their
+// The runtime of tfjit-aot objects: the dot, convolution, QR, solver and eig/SVD entry points their
 // library kernels call (tfjit_aot_rt_<kind>_<dtype>, with the arguments of
 // tf_kernels.cc's tfjit_rt_* entry points), running linalg.cc's Eigen code on the
 // calling thread. aot/runtime.py compiles this file and linalg.cc into a static
@@ -8,7 +8,8 @@
 // ignored (there is one kernel). An operand with no elements makes a sum over
 // nothing, as in tf_kernels.cc: the result is zeroed here, since linalg.cc's
 // functions take non-empty tensors only. Every call but a solver's succeeds
-// (returns 0); MatrixSolve/MatrixInverse of a singular matrix return 1.
+// (returns 0); MatrixSolve/MatrixInverse of a singular matrix and an eigensolver
+// that does not converge return 1.
 
 #include <algorithm>
 #include <cstdint>
@@ -67,6 +68,11 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
     return tfjit_linalg_table()->name##_##suffix(TFJIT_MATRIX_ARGS);                            \
   }
 
+#define TFJIT_AOT_SPECTRAL(name, suffix, T)                                                    \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_##suffix(void*, int32_t, TFJIT_SPECTRAL_PARAMS(T)) { \
+    return tfjit_linalg_table()->name##_##suffix(TFJIT_SPECTRAL_ARGS);                          \
+  }
+
 #define TFJIT_AOT_DEFINE(suffix, T)                                                  \
   TFJIT_AOT_DOT(suffix, T)                                                           \
   TFJIT_AOT_QR(suffix, T)                                                            \
@@ -76,6 +82,8 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
   TFJIT_AOT_OF_MATRIX(matrix_inverse, suffix, T)                                     \
   TFJIT_AOT_OF_MATRIX(determinant, suffix, T)                                        \
   TFJIT_AOT_OF_MATRIX(log_determinant, suffix, T)                                    \
+  TFJIT_AOT_SPECTRAL(self_adjoint_eig, suffix, T)                                    \
+  TFJIT_AOT_SPECTRAL(svd, suffix, T)                                                 \
   TFJIT_AOT_BACKPROP(conv2d_backprop_input, true, false, suffix, T)                  \
   TFJIT_AOT_BACKPROP(conv2d_backprop_filter, false, false, suffix, T)                \
   TFJIT_AOT_BACKPROP(depthwise_backprop_input, true, true, suffix, T)                \

@@ -1,5 +1,6 @@
 // The runtime library's own code for heavy ops: Eigen's matmul, spatial
-// convolution, HouseholderQR and dense solvers (triangular, LU, Cholesky), and
+// convolution, HouseholderQR, dense solvers (triangular, LU, Cholesky), the
+// self-adjoint eigensolver and BDCSVD, and
 // loops for the depthwise gradients, on the calling thread.
 // tf_kernels.cc runs these where there is no TensorFlow kernel to call: in the
 // host runner (runtime/host.py), whose bufs[device_slot] is null. Under
@@ -27,7 +28,9 @@
 
 #include "Eigen/Cholesky"
 #include "Eigen/LU"
+#include "Eigen/Eigenvalues"
 #include "Eigen/QR"
+#include "Eigen/SVD"
 #include "unsupported/Eigen/CXX11/Tensor"
 #include "xla/tsl/framework/convolution/eigen_spatial_convolutions.h"
 
@@ -338,13 +341,51 @@ int32_t LogDeterminant(TFJIT_MATRIX_PARAMS(T)) {
   return 0;
 }
 
+// TF's SelfAdjointEigV2 kernel: Eigen's SelfAdjointEigenSolver of the row-major
+// matrix (its lower triangle), eigenvalues ascending; 1 where it does not converge.
+template <typename T>
+int32_t SelfAdjointEig(TFJIT_SPECTRAL_PARAMS(T)) {
+  int64_t vectors_at, unused;
+  TfjitSpectralOffsets(batch, m, m, 0, &vectors_at, &unused);
+  Eigen::SelfAdjointEigenSolver<RowMatrix<T>> eig(m);
+  for (int64_t i = 0; i < batch; ++i) {
+    eig.compute(Eigen::Map<const RowMatrix<T>>(x + i * m * m, m, m),
+                vectors ? Eigen::ComputeEigenvectors : Eigen::EigenvaluesOnly);
+    if (eig.info() != Eigen::Success) return 1;
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(out + i * m, m) = eig.eigenvalues();
+    if (vectors) Eigen::Map<RowMatrix<T>>(out + vectors_at + i * m * m, m, m) = eig.eigenvectors();
+  }
+  return 0;
+}
+
+// TF's Svd kernel: Eigen's BDCSVD of the row-major matrix, thin or full U and V.
+template <typename T>
+int32_t Svd(TFJIT_SPECTRAL_PARAMS(T)) {
+  const int64_t k = std::min(m, n), p = full_matrices ? m : k, q = full_matrices ? n : k;
+  int64_t u_at, v_at;
+  TfjitSpectralOffsets(batch, m, n, full_matrices, &u_at, &v_at);
+  const int options = !vectors ? 0
+                      : full_matrices ? Eigen::ComputeFullU | Eigen::ComputeFullV
+                                      : Eigen::ComputeThinU | Eigen::ComputeThinV;
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::BDCSVD<RowMatrix<T>> svd(Eigen::Map<const RowMatrix<T>>(x + i * m * n, m, n), options);
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(out + i * k, k) = svd.singularValues();
+    if (vectors) {
+      Eigen::Map<RowMatrix<T>>(out + u_at + i * m * p, m, p) = svd.matrixU();
+      Eigen::Map<RowMatrix<T>>(out + v_at + i * n * q, n, q) = svd.matrixV();
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 // The table's entries for one dtype, in TFJIT_LINALG_FIELDS order.
 #define TFJIT_ENTRIES(T)                                                            \
   Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
       DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>, TriangularSolve<T>,   \
-      MatrixSolve<T>, Cholesky<T>, MatrixInverse<T>, Determinant<T>, LogDeterminant<T>
+      MatrixSolve<T>, Cholesky<T>, MatrixInverse<T>, Determinant<T>, LogDeterminant<T>,     \
+      SelfAdjointEig<T>, Svd<T>
 
 TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
   static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};

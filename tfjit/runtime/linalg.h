@@ -71,6 +71,29 @@ inline int64_t TfjitQrROffset(int64_t batch, int64_t m, int64_t n, int32_t full_
 
 inline int64_t TfjitLogDetOffset(int64_t batch) { return (batch + 15) / 16 * 16; }
 
+// The spectral decompositions of x [batch, m, n] (batch, m, n > 0), their parts packed
+// in `out`, each from a multiple of 16 elements (TfjitSpectralOffsets; ir/module.py's
+// spectral_parts):
+//   self_adjoint_eig (m == n, the lower triangle read): the eigenvalues [batch, m]
+//     ascending, then (`vectors`: compute_v) the eigenvectors [batch, m, m] as columns;
+//     `full_matrices` is ignored.
+//   svd: the singular values [batch, k] descending, k = min(m, n), then (`vectors`:
+//     compute_uv) U [batch, m, p] and V [batch, n, q], p = m and q = n when
+//     `full_matrices`, else p = q = k.
+// Each returns 0, or 1 where TF's kernel fails: self_adjoint_eig where Eigen's solver
+// does not converge (a NaN or inf input).
+#define TFJIT_SPECTRAL_PARAMS(T) \
+  T *out, const T *x, int64_t batch, int64_t m, int64_t n, int32_t vectors, int32_t full_matrices
+#define TFJIT_SPECTRAL_ARGS out, x, batch, m, n, vectors, full_matrices
+
+// The offsets of the second and third parts (U and V, or the eigenvectors and none).
+inline void TfjitSpectralOffsets(int64_t batch, int64_t m, int64_t n, int32_t full_matrices,
+                                 int64_t* second, int64_t* third) {
+  const int64_t k = m < n ? m : n;
+  *second = (batch * k + 15) / 16 * 16;
+  *third = (*second + batch * m * (full_matrices ? m : k) + 15) / 16 * 16;
+}
+
 // The host library (linalg.cc, a shared library of its own, built when a host
 // run first needs it) hands the op library its functions in one table:
 // tfjit_linalg_table() returns it, and tfjit_rt_set_linalg (tf_kernels.cc)
@@ -88,6 +111,8 @@ template <typename T>
 using TfjitSolveFn = int32_t (*)(TFJIT_SOLVE_PARAMS(T));
 template <typename T>
 using TfjitMatrixFn = int32_t (*)(TFJIT_MATRIX_PARAMS(T));
+template <typename T>
+using TfjitSpectralFn = int32_t (*)(TFJIT_SPECTRAL_PARAMS(T));
 
 #define TFJIT_LINALG_FIELDS(suffix, T)                   \
   TfjitDotFn<T> dot_##suffix;                            \
@@ -102,7 +127,9 @@ using TfjitMatrixFn = int32_t (*)(TFJIT_MATRIX_PARAMS(T));
   TfjitMatrixFn<T> cholesky_##suffix;                    \
   TfjitMatrixFn<T> matrix_inverse_##suffix;              \
   TfjitMatrixFn<T> determinant_##suffix;                 \
-  TfjitMatrixFn<T> log_determinant_##suffix;
+  TfjitMatrixFn<T> log_determinant_##suffix;            \
+  TfjitSpectralFn<T> self_adjoint_eig_##suffix;          \
+  TfjitSpectralFn<T> svd_##suffix;
 
 struct TfjitLinalg {
   int64_t size;   // sizeof(TfjitLinalg) where the table was filled

@@ -3,11 +3,14 @@
 //   tfjit_rt_{triangular_solve,matrix_solve}_<t>(runtime, kernel, TFJIT_SOLVE_PARAMS)
 //   tfjit_rt_{cholesky,matrix_inverse,determinant,log_determinant}_<t>(runtime, kernel,
 //                                                                     TFJIT_MATRIX_PARAMS)
+//   tfjit_rt_{self_adjoint_eig,svd}_<t>(runtime, kernel, TFJIT_SPECTRAL_PARAMS)
 // Under TfjitLaunch each runs TF's own CPU kernel (MatrixTriangularSolve,
-// MatrixSolve, Cholesky, MatrixInverse, MatrixDeterminant, LogMatrixDeterminant;
+// MatrixSolve, Cholesky, MatrixInverse, MatrixDeterminant, LogMatrixDeterminant,
+// SelfAdjointEigV2, Svd;
 // TF has no oneDNN ones, so `kernel` is ignored) on tfjit's buffers, so results and
 // failures are TF's: MatrixSolve/MatrixInverse of a singular matrix return 1 with
-// TF's InvalidArgument status in the runtime context. Without a launch (the host
+// TF's InvalidArgument status in the runtime context, as does SelfAdjointEigV2 where
+// Eigen's solver does not converge. Without a launch (the host
 // runner) they run linalg.cc's Eigen code, which fails the same calls.
 
 #include <algorithm>
@@ -83,6 +86,32 @@ int32_t OfMatrix(const char* op, void* runtime, TFJIT_MATRIX_PARAMS(T),
   return RunDefault(runtime, spec, inputs, outs);
 }
 
+// SelfAdjointEigV2 (compute_v: `vectors`) of x [batch, m, m] or Svd (compute_uv:
+// `vectors`, full_matrices) of x [batch, m, n]: TF's outputs are the packed parts.
+// Without the vectors TF's kernel still has a second (and third) output, a scalar it
+// leaves unset: those are scalars of TF's own here, dropped after the run.
+template <typename T>
+int32_t Spectral(bool svd, void* runtime, TFJIT_SPECTRAL_PARAMS(T), HostFn<TfjitSpectralFn<T>> eigen) {
+  if (runtime == nullptr) return OnHost(eigen, TFJIT_SPECTRAL_ARGS);
+  const DataType dtype = DataTypeToEnum<T>::v();
+  auto attrs = [&](NodeDef* def) {
+    AddNodeAttr(svd ? "compute_uv" : "compute_v", vectors != 0, def);
+    if (svd) AddNodeAttr("full_matrices", full_matrices != 0, def);
+  };
+  const KernelSpec spec{svd ? "Svd" : "SelfAdjointEigV2", dtype, 1,
+                        absl::StrCat(vectors != 0, svd && full_matrices), attrs};
+  const int64_t k = std::min(m, n), p = full_matrices ? m : k, q = full_matrices ? n : k;
+  int64_t second, third;
+  TfjitSpectralOffsets(batch, m, n, svd && full_matrices, &second, &third);
+  Tensor inputs[1] = {Borrow(dtype, Matrices(batch, m, n), x)};
+  const Tensor unset(dtype, TensorShape({}));
+  const Tensor outs[3] = {
+      Borrow(dtype, TensorShape({batch, k}), out),
+      !vectors ? unset : Borrow(dtype, svd ? Matrices(batch, m, p) : Matrices(batch, m, m), out + second),
+      !vectors ? unset : Borrow(dtype, Matrices(batch, n, q), out + third)};
+  return RunDefault(runtime, spec, inputs, absl::MakeConstSpan(outs, svd ? 3 : 2));
+}
+
 }  // namespace
 }  // namespace tfjit
 }  // namespace tensorflow
@@ -99,13 +128,21 @@ int32_t OfMatrix(const char* op, void* runtime, TFJIT_MATRIX_PARAMS(T),
     return tensorflow::tfjit::OfMatrix<T>(op, runtime, TFJIT_MATRIX_ARGS,                        \
                                           &TfjitLinalg::name##_##suffix);                         \
   }
+#define TFJIT_SPECTRAL(name, svd, suffix, T)                                                     \
+  TFJIT_EXPORT int32_t tfjit_rt_##name##_##suffix(void* runtime, int32_t,                        \
+                                                  TFJIT_SPECTRAL_PARAMS(T)) {                    \
+    return tensorflow::tfjit::Spectral<T>(svd, runtime, TFJIT_SPECTRAL_ARGS,                     \
+                                          &TfjitLinalg::name##_##suffix);                         \
+  }
 #define TFJIT_SOLVERS(suffix, T)                                                                 \
   TFJIT_SOLVER(triangular_solve, true, suffix, T)                                                \
   TFJIT_SOLVER(matrix_solve, false, suffix, T)                                                   \
   TFJIT_OF_MATRIX(cholesky, "Cholesky", suffix, T)                                               \
   TFJIT_OF_MATRIX(matrix_inverse, "MatrixInverse", suffix, T)                                    \
   TFJIT_OF_MATRIX(determinant, "MatrixDeterminant", suffix, T)                                   \
-  TFJIT_OF_MATRIX(log_determinant, "LogMatrixDeterminant", suffix, T)
+  TFJIT_OF_MATRIX(log_determinant, "LogMatrixDeterminant", suffix, T)                           \
+  TFJIT_SPECTRAL(self_adjoint_eig, false, suffix, T)                                             \
+  TFJIT_SPECTRAL(svd, true, suffix, T)
 
 TFJIT_SOLVERS(f32, float)
 TFJIT_SOLVERS(f64, double)
