@@ -38,6 +38,7 @@ SIGNATURES = {
     **{name: [I64, I64, I64, I32, I32] for name in ("triangular_solve", "matrix_solve")},
     **{name: [I64, I64, I32] for name in ("cholesky", "matrix_inverse", "determinant",
                                           "log_determinant")},
+    "matrix_solve_ls": [I64, I64, I64, I64, I32],    # (batch, m, n, k, fast)
     # the spectral decompositions: (batch, m, n, compute_v/compute_uv, full_matrices)
     **{name: [I64, I64, I64, I32, I32] for name in ("self_adjoint_eig", "svd")},
 }
@@ -104,6 +105,11 @@ def _spectral_args(i) -> list:
     return [i64(batch), i64(rows), i64(cols)] + flags
 
 
+def _solve_ls_args(i) -> list:
+    batch, rows, cols = i.operands[0].shape
+    return [i64(batch), i64(rows), i64(cols), i64(i.operands[1].shape[2]), ir.Constant(I32, i.attrs["fast"])]
+
+
 # op -> (runtime function, its arguments, the TF kernel it runs under the launch op)
 _CALLS = {
     Op.DOT: ("dot", _dot_args, lambda i: "BatchMatMulV2" if i.rank == 3 and i.shape[0] > 1 else "MatMul"),
@@ -122,6 +128,7 @@ _CALLS = {
         (Op.MATRIX_INVERSE, "matrix_inverse", "MatrixInverse"),
         (Op.DETERMINANT, "determinant", "MatrixDeterminant"),
         (Op.LOG_DETERMINANT, "log_determinant", "LogMatrixDeterminant"))},
+    Op.MATRIX_SOLVE_LS: ("matrix_solve_ls", _solve_ls_args, lambda i: "MatrixSolveLs"),
     Op.SELF_ADJOINT_EIG: ("self_adjoint_eig", _spectral_args, lambda i: "SelfAdjointEigV2"),
     Op.SVD: ("svd", _spectral_args, lambda i: "Svd"),
 }
@@ -147,7 +154,7 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
     kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
     Keras CNN step), which is why it is not done where the answer is known."""
-    if i.op is Op.QR or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
+    if i.op in (Op.QR, Op.MATRIX_SOLVE_LS) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"

@@ -135,6 +135,33 @@ def solver(instr, a, *rhs):
     return out
 
 
+class RankDeficient(ValueError):
+    """MATRIX_SOLVE_LS refused its input, as TF's kernel does: l2 < 0, or (fast) a
+    Gram matrix that is not positive definite ("rank deficient or ill-conditioned")."""
+
+
+def solve_ls(instr, a, b, l2):
+    """MATRIX_SOLVE_LS as TF's kernel: fast, the regularised normal equations of the
+    first (M >= N) or second kind by Cholesky; else the minimum-norm least-squares
+    solution (LAPACK's, where TF's runs Eigen's complete orthogonal decomposition)."""
+    l2 = float(l2)
+    if l2 < 0:
+        raise RankDeficient("l2_regularizer must be >= 0.")
+    if not instr.attrs["fast"]:
+        return np.stack([np.linalg.lstsq(x, y, rcond=None)[0] for x, y in zip(a, b)]).astype(a.dtype)
+    at = np.swapaxes(a, -1, -2)
+    tall = a.shape[1] >= a.shape[2]
+    gram = at @ a if tall else a @ at
+    gram = gram + a.dtype.type(l2) * np.eye(gram.shape[-1], dtype=a.dtype) if l2 > 0 else gram
+    try:
+        lower = np.linalg.cholesky(gram)
+    except np.linalg.LinAlgError as e:
+        raise RankDeficient("Input matrix was rank deficient or ill-conditioned.") from e
+    rhs = at @ b if tall else b
+    z = _substitute(np.swapaxes(lower, -1, -2), _substitute(lower, rhs, True), False)
+    return (z if tall else at @ z).astype(a.dtype)
+
+
 class NotConverged(ValueError):
     """SELF_ADJOINT_EIG or SVD did not converge (LAPACK's failure; a NaN or inf input),
     where TF's SelfAdjointEigV2 kernel fails with "Self-adjoint eigen decomposition was

@@ -374,6 +374,18 @@ class Module:
         flags = {"lower": int(bool(lower)), "adjoint": int(bool(adjoint))}
         return self._add(Instr(op, a.dtype, shape, operands, {k: flags[k] for k in SOLVER_ATTRS[op]}))
 
+    def solve_ls(self, a: Instr, b: Instr, l2: Instr, fast: bool) -> Instr:
+        """MATRIX_SOLVE_LS: x [B, N, K] minimising ||a x - b||^2 + l2 ||x||^2 for the
+        non-empty f32/f64 a [B, M, N], b [B, M, K] and the f64 scalar l2 (TF's kernel
+        refuses l2 < 0, and a rank-deficient a on the fast path, at run time)."""
+        if a.rank != 3 or a.dtype not in LIBRARY_DTYPES or 0 in a.shape or b.dtype is not a.dtype \
+                or b.rank != 3 or b.shape[:2] != a.shape[:2] or b.shape[2] == 0 \
+                or l2.dtype is not dt.F64 or l2.rank != 0:
+            raise IRError(f"{Op.MATRIX_SOLVE_LS.spelling} of {_type_list((a, b, l2))}: needs non-empty "
+                          f"f32/f64 [B, M, N] and [B, M, K], and an f64 scalar")
+        return self._add(Instr(Op.MATRIX_SOLVE_LS, a.dtype, (a.shape[0], a.shape[2], b.shape[2]),
+                               (a, b, l2), {"fast": int(bool(fast))}))
+
     def spectral(self, op: Op, x: Instr, **flags: bool) -> Instr:
         """A spectral decomposition (``SPECTRAL_ATTRS``: SELF_ADJOINT_EIG of square, SVD of
         any non-empty f32/f64 matrices x [B, M, N]), its parts packed in one flat result

@@ -177,6 +177,10 @@ class Op(enum.Enum):
     DETERMINANT = ("determinant", Kind.LIBRARY, 1)             # [B]: sign * exp(log |det|)
     # [B] signs then [B] log |det| in one flat result (module.log_determinant_parts)
     LOG_DETERMINANT = ("log-determinant", Kind.LIBRARY, 1)
+    # least squares of a [B, M, N], b [B, M, K] and the f64 scalar l2 >= 0: x [B, N, K]
+    # (TF's MatrixSolveLs: fast, the regularised normal equations by Cholesky; else
+    # Eigen's complete orthogonal decomposition, l2 ignored); module.solve_ls
+    MATRIX_SOLVE_LS = ("matrix-solve-ls", Kind.LIBRARY, 3)      # a, b, l2; attrs: fast
     # spectral decompositions of x [B, M, N] (TF's Eigen kernels), their parts packed in
     # one flat result where module.spectral_parts says: SELF_ADJOINT_EIG (M = N, the lower
     # triangle read) the eigenvalues [B, M] ascending, then (compute_v) the eigenvectors

@@ -1,5 +1,6 @@
 """Matrix decompositions and solvers: Qr, MatrixTriangularSolve, MatrixSolve, Cholesky,
-MatrixInverse, MatrixDeterminant, LogMatrixDeterminant, SelfAdjointEigV2, Svd.
+MatrixInverse, MatrixDeterminant, LogMatrixDeterminant, MatrixSolveLs, SelfAdjointEigV2,
+Svd.
 
 ``tf.linalg.qr`` becomes one IR ``qr``, a runtime-library call (as MatMul's dot is):
 under the launch op it runs TF's own Qr kernel, in the host runner and in AOT
@@ -143,6 +144,28 @@ def _log_determinant(ctx):
         return _filled(m, 1.0, batch_dims, dtype), _filled(m, 0.0, batch_dims, dtype)
     parts = log_determinant_parts(math.prod(batch_dims))
     return tuple(m.reshape(m.slice(packed, (start,), (size,)), batch_dims) for start, size in parts)
+
+
+@register("MatrixSolveLs", "BatchMatrixSolveLs", dtypes=(dt.F32, dt.F64))
+def _matrix_solve_ls(ctx):
+    """x [..., N, K] of a [..., M, N], b [..., M, K] (the same batch dims) and the f64
+    scalar l2 (a run-time value): TF's kernel, which fails the launch where l2 < 0 or
+    (fast) the Gram matrix is not positive definite.  Where there are no matrices or
+    rhs columns the result is empty; where M or N is 0 it is zeros (TF's kernel leaves
+    that output as allocated)."""
+    a, b, l2 = ctx.inputs
+    if a.rank < 2 or b.rank != a.rank or b.shape[:-1] != a.shape[:-1] or l2.rank != 0:
+        raise Unsupported(f"{ctx.node.op}: the matrices {list(a.shape)}, right-hand sides "
+                          f"{list(b.shape)} and l2_regularizer {list(l2.shape)} do not match "
+                          f"(the same batch dims and rows, a scalar l2)")
+    m = ctx.m
+    batch_dims, (rows, cols), rhs = a.shape[:-2], a.shape[-2:], b.shape[-1]
+    if 0 in a.shape + b.shape:
+        return _filled(m, 0.0, batch_dims + (cols, rhs), a.dtype)
+    batch = math.prod(batch_dims)
+    x = m.solve_ls(m.reshape(a, (batch, rows, cols)), m.reshape(b, (batch, rows, rhs)), l2,
+                   bool(ctx.attr("fast", True)))
+    return m.reshape(x, batch_dims + (cols, rhs))
 
 
 # -- the spectral decompositions: one call each, as the solvers, on [B, M, N] matrices.

@@ -126,6 +126,9 @@ def library_flops(i) -> int:
         solve = 2 * m * m * columns if i.op in (Op.TRIANGULAR_SOLVE, Op.MATRIX_SOLVE,
                                                 Op.MATRIX_INVERSE) else 0
         return b * (factor + solve)
+    if i.op is Op.MATRIX_SOLVE_LS:   # TF's kernel's count: max(m, n) min(m, n) (min(m, n) + k)
+        b, m, n = i.operands[0].shape
+        return b * 2 * max(m, n) * min(m, n) * (min(m, n) + i.operands[1].shape[2])
     if i.op in SPECTRAL_ATTRS:   # LAPACK's counts: tridiagonal/bidiagonal reduction and, for
         b, m, n = i.operands[0].shape    # the vectors, their accumulation (about 9 m^3 and 4 m^2 n + 8 m n^2 in all)
         k, vectors = min(m, n), i.attrs.get("compute_v", i.attrs.get("compute_uv"))

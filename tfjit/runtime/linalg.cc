@@ -341,6 +341,38 @@ int32_t LogDeterminant(TFJIT_MATRIX_PARAMS(T)) {
   return 0;
 }
 
+// TF's MatrixSolveLs kernel (matrix_solve_ls_op_impl.h), matrix by matrix: fast,
+// the lower triangle of the (regularised) Gram matrix, Eigen's LLT of it, then the
+// normal equations of the first kind (m >= n) or second kind (m < n); else the
+// complete orthogonal decomposition's minimum-norm solution.
+template <typename T>
+int32_t MatrixSolveLs(TFJIT_SOLVE_LS_PARAMS(T)) {
+  if (!(*l2 >= 0)) return 1;
+  const int64_t g = m >= n ? n : m;
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::Map<const RowMatrix<T>> matrix(a + i * m * n, m, n);
+    Eigen::Map<const RowMatrix<T>> rhs(b + i * m * k, m, k);
+    Eigen::Map<RowMatrix<T>> x(out + i * n * k, n, k);
+    if (!fast) {
+      x = matrix.completeOrthogonalDecomposition().solve(rhs);
+      continue;
+    }
+    RowMatrix<T> gramian(g, g);
+    if (m >= n) gramian.template triangularView<Eigen::Lower>() = matrix.adjoint() * matrix;
+    else gramian.template triangularView<Eigen::Lower>() = matrix * matrix.adjoint();
+    if (*l2 > 0) gramian += (T(*l2) * RowMatrix<T>::Ones(g, 1)).asDiagonal();
+    const Eigen::LLT<Eigen::Ref<RowMatrix<T>>, Eigen::Lower> llt(gramian);
+    if (llt.info() != Eigen::Success) return 1;
+    if (m >= n) {
+      x.noalias() = matrix.adjoint() * rhs;
+      llt.solveInPlace(x);
+    } else {
+      x.noalias() = matrix.adjoint() * llt.solve(rhs);
+    }
+  }
+  return 0;
+}
+
 // TF's SelfAdjointEigV2 kernel: Eigen's SelfAdjointEigenSolver of the row-major
 // matrix (its lower triangle), eigenvalues ascending; 1 where it does not converge.
 template <typename T>
@@ -385,7 +417,7 @@ int32_t Svd(TFJIT_SPECTRAL_PARAMS(T)) {
   Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
       DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>, TriangularSolve<T>,   \
       MatrixSolve<T>, Cholesky<T>, MatrixInverse<T>, Determinant<T>, LogDeterminant<T>,     \
-      SelfAdjointEig<T>, Svd<T>
+      MatrixSolveLs<T>, SelfAdjointEig<T>, Svd<T>
 
 TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
   static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};

@@ -71,6 +71,16 @@ inline int64_t TfjitQrROffset(int64_t batch, int64_t m, int64_t n, int32_t full_
 
 inline int64_t TfjitLogDetOffset(int64_t batch) { return (batch + 15) / 16 * 16; }
 
+// matrix_solve_ls: out [batch, n, k] = the least-squares solutions of a [batch, m, n]
+// x = b [batch, m, k] (all non-empty) with the f64 scalar *l2 >= 0 as TF's
+// MatrixSolveLs: `fast`, the regularised normal equations (of the second kind when
+// m < n) by Cholesky; else Eigen's complete orthogonal decomposition (l2 ignored).
+// Returns 1 where TF's kernel fails: l2 < 0, or (fast) a Cholesky that fails.
+#define TFJIT_SOLVE_LS_PARAMS(T)                                                              \
+  T *out, const T *a, const T *b, const double *l2, int64_t batch, int64_t m, int64_t n,       \
+      int64_t k, int32_t fast
+#define TFJIT_SOLVE_LS_ARGS out, a, b, l2, batch, m, n, k, fast
+
 // The spectral decompositions of x [batch, m, n] (batch, m, n > 0), their parts packed
 // in `out`, each from a multiple of 16 elements (TfjitSpectralOffsets; ir/module.py's
 // spectral_parts):
@@ -112,6 +122,8 @@ using TfjitSolveFn = int32_t (*)(TFJIT_SOLVE_PARAMS(T));
 template <typename T>
 using TfjitMatrixFn = int32_t (*)(TFJIT_MATRIX_PARAMS(T));
 template <typename T>
+using TfjitSolveLsFn = int32_t (*)(TFJIT_SOLVE_LS_PARAMS(T));
+template <typename T>
 using TfjitSpectralFn = int32_t (*)(TFJIT_SPECTRAL_PARAMS(T));
 
 #define TFJIT_LINALG_FIELDS(suffix, T)                   \
@@ -128,6 +140,7 @@ using TfjitSpectralFn = int32_t (*)(TFJIT_SPECTRAL_PARAMS(T));
   TfjitMatrixFn<T> matrix_inverse_##suffix;              \
   TfjitMatrixFn<T> determinant_##suffix;                 \
   TfjitMatrixFn<T> log_determinant_##suffix;            \
+  TfjitSolveLsFn<T> matrix_solve_ls_##suffix;            \
   TfjitSpectralFn<T> self_adjoint_eig_##suffix;          \
   TfjitSpectralFn<T> svd_##suffix;
 

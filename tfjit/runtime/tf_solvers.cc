@@ -3,13 +3,15 @@
 //   tfjit_rt_{triangular_solve,matrix_solve}_<t>(runtime, kernel, TFJIT_SOLVE_PARAMS)
 //   tfjit_rt_{cholesky,matrix_inverse,determinant,log_determinant}_<t>(runtime, kernel,
 //                                                                     TFJIT_MATRIX_PARAMS)
+//   tfjit_rt_matrix_solve_ls_<t>(runtime, kernel, TFJIT_SOLVE_LS_PARAMS)
 //   tfjit_rt_{self_adjoint_eig,svd}_<t>(runtime, kernel, TFJIT_SPECTRAL_PARAMS)
 // Under TfjitLaunch each runs TF's own CPU kernel (MatrixTriangularSolve,
 // MatrixSolve, Cholesky, MatrixInverse, MatrixDeterminant, LogMatrixDeterminant,
 // SelfAdjointEigV2, Svd;
 // TF has no oneDNN ones, so `kernel` is ignored) on tfjit's buffers, so results and
 // failures are TF's: MatrixSolve/MatrixInverse of a singular matrix return 1 with
-// TF's InvalidArgument status in the runtime context, as does SelfAdjointEigV2 where
+// TF's InvalidArgument status in the runtime context, as do MatrixSolveLs of a
+// negative l2 or (fast) a rank-deficient matrix and SelfAdjointEigV2 where
 // Eigen's solver does not converge. Without a launch (the host
 // runner) they run linalg.cc's Eigen code, which fails the same calls.
 
@@ -86,6 +88,19 @@ int32_t OfMatrix(const char* op, void* runtime, TFJIT_MATRIX_PARAMS(T),
   return RunDefault(runtime, spec, inputs, outs);
 }
 
+// MatrixSolveLs (fast) of a [batch, m, n], b [batch, m, k] and the scalar *l2.
+template <typename T>
+int32_t SolveLs(void* runtime, TFJIT_SOLVE_LS_PARAMS(T), HostFn<TfjitSolveLsFn<T>> eigen) {
+  if (runtime == nullptr) return OnHost(eigen, TFJIT_SOLVE_LS_ARGS);
+  const DataType dtype = DataTypeToEnum<T>::v();
+  auto attrs = [&](NodeDef* def) { AddNodeAttr("fast", fast != 0, def); };
+  const KernelSpec spec{"MatrixSolveLs", dtype, 3, absl::StrCat(fast != 0), attrs};
+  Tensor inputs[3] = {Borrow(dtype, Matrices(batch, m, n), a), Borrow(dtype, Matrices(batch, m, k), b),
+                      Borrow(DT_DOUBLE, TensorShape({}), l2)};
+  const Tensor outs[1] = {Borrow(dtype, Matrices(batch, n, k), out)};
+  return RunDefault(runtime, spec, inputs, outs);
+}
+
 // SelfAdjointEigV2 (compute_v: `vectors`) of x [batch, m, m] or Svd (compute_uv:
 // `vectors`, full_matrices) of x [batch, m, n]: TF's outputs are the packed parts.
 // Without the vectors TF's kernel still has a second (and third) output, a scalar it
@@ -134,6 +149,12 @@ int32_t Spectral(bool svd, void* runtime, TFJIT_SPECTRAL_PARAMS(T), HostFn<Tfjit
     return tensorflow::tfjit::Spectral<T>(svd, runtime, TFJIT_SPECTRAL_ARGS,                     \
                                           &TfjitLinalg::name##_##suffix);                         \
   }
+#define TFJIT_SOLVE_LS(suffix, T)                                                                 \
+  TFJIT_EXPORT int32_t tfjit_rt_matrix_solve_ls_##suffix(void* runtime, int32_t,                 \
+                                                         TFJIT_SOLVE_LS_PARAMS(T)) {             \
+    return tensorflow::tfjit::SolveLs<T>(runtime, TFJIT_SOLVE_LS_ARGS,                           \
+                                         &TfjitLinalg::matrix_solve_ls_##suffix);                 \
+  }
 #define TFJIT_SOLVERS(suffix, T)                                                                 \
   TFJIT_SOLVER(triangular_solve, true, suffix, T)                                                \
   TFJIT_SOLVER(matrix_solve, false, suffix, T)                                                   \
@@ -141,6 +162,7 @@ int32_t Spectral(bool svd, void* runtime, TFJIT_SPECTRAL_PARAMS(T), HostFn<Tfjit
   TFJIT_OF_MATRIX(matrix_inverse, "MatrixInverse", suffix, T)                                    \
   TFJIT_OF_MATRIX(determinant, "MatrixDeterminant", suffix, T)                                   \
   TFJIT_OF_MATRIX(log_determinant, "LogMatrixDeterminant", suffix, T)                           \
+  TFJIT_SOLVE_LS(suffix, T)                                                                      \
   TFJIT_SPECTRAL(self_adjoint_eig, false, suffix, T)                                             \
   TFJIT_SPECTRAL(svd, true, suffix, T)
 
