@@ -38,6 +38,7 @@ SIGNATURES = {
     **{name: [I64, I64, I64, I32, I32] for name in ("triangular_solve", "matrix_solve")},
     **{name: [I64, I64, I32] for name in ("cholesky", "matrix_inverse", "determinant",
                                           "log_determinant")},
+    "lu": [I64, I64],                                # (batch, m)
     "matrix_solve_ls": [I64, I64, I64, I64, I32],    # (batch, m, n, k, fast)
     # the spectral decompositions: (batch, m, n, compute_v/compute_uv, full_matrices)
     **{name: [I64, I64, I64, I32, I32] for name in ("self_adjoint_eig", "svd")},
@@ -128,6 +129,7 @@ _CALLS = {
         (Op.MATRIX_INVERSE, "matrix_inverse", "MatrixInverse"),
         (Op.DETERMINANT, "determinant", "MatrixDeterminant"),
         (Op.LOG_DETERMINANT, "log_determinant", "LogMatrixDeterminant"))},
+    Op.LU: ("lu", lambda i: [i64(i.operands[0].shape[0]), i64(i.operands[0].shape[1])], lambda i: "Lu"),
     Op.MATRIX_SOLVE_LS: ("matrix_solve_ls", _solve_ls_args, lambda i: "MatrixSolveLs"),
     Op.SELF_ADJOINT_EIG: ("self_adjoint_eig", _spectral_args, lambda i: "SelfAdjointEigV2"),
     Op.SVD: ("svd", _spectral_args, lambda i: "Svd"),
@@ -154,7 +156,7 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
     kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
     Keras CNN step), which is why it is not done where the answer is known."""
-    if i.op in (Op.QR, Op.MATRIX_SOLVE_LS) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
+    if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"

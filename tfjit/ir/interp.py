@@ -564,6 +564,7 @@ _EVAL = {
     **{op: _fpu_instr(interp_linalg.solver) for op in SOLVER_ATTRS},
     **{op: _fpu_instr(interp_linalg.spectral) for op in SPECTRAL_ATTRS},
     Op.MATRIX_SOLVE_LS: _fpu_instr(interp_linalg.solve_ls),
+    Op.LU: _fpu_instr(interp_linalg.lu),
 }
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
 _EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjit.ir.module import log_determinant_parts, qr_parts, spectral_parts
+from tfjit.ir.module import log_determinant_parts, lu_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import Op
 
 def dot(lhs, rhs, transpose_lhs, transpose_rhs):
@@ -132,6 +132,27 @@ def solver(instr, a, *rhs):
     out = np.zeros(instr.shape, a.dtype)
     for part, (start, size) in zip((sign, log), log_determinant_parts(a.shape[0])):
         out[start:start + size] = part
+    return out
+
+
+def lu(instr, a):
+    """LU of a [B, M, M] as Eigen's PartialPivLU (TF's Lu kernel): at each column the
+    row of the largest |pivot| (the first of equals) is swapped up; an exact zero pivot
+    raises NotInvertible (TF: "Input is not invertible.")."""
+    batch, rows, _ = a.shape
+    factors, perms = a.copy(), np.tile(np.arange(rows, dtype=a.dtype), (batch, 1))
+    for f, perm in zip(factors, perms):
+        for j in range(rows):
+            p = j + int(np.argmax(np.abs(f[j:, j])))
+            f[[j, p]], perm[[j, p]] = f[[p, j]], perm[[p, j]]
+            if f[j, j] != 0:
+                f[j + 1:, j] /= f[j, j]
+                f[j + 1:, j + 1:] -= np.outer(f[j + 1:, j], f[j, j + 1:])
+        if not (np.abs(np.diagonal(f)).min() > 0):
+            raise NotInvertible("Input is not invertible.")
+    out = np.zeros(instr.shape, a.dtype)
+    for part, (start, size) in zip((factors, perms), lu_parts(batch, rows)):
+        out[start:start + size] = part.reshape(-1)
     return out
 
 

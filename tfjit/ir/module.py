@@ -374,6 +374,18 @@ class Module:
         flags = {"lower": int(bool(lower)), "adjoint": int(bool(adjoint))}
         return self._add(Instr(op, a.dtype, shape, operands, {k: flags[k] for k in SOLVER_ATTRS[op]}))
 
+    def lu(self, a: Instr) -> Instr:
+        """LU: P a = L U of the non-empty f32/f64 square matrices a [B, M, M], packed
+        (``lu_parts``): L's strictly lower and U's upper triangles in one [B, M, M], then
+        the permutation [B, M] (row i of P a is row perm[i] of a) as exact integers of
+        a's dtype (M < 2^24, f32's exact integers)."""
+        if a.rank != 3 or a.dtype not in LIBRARY_DTYPES or 0 in a.shape or a.shape[1] != a.shape[2] \
+                or a.shape[1] >= 2**24:
+            raise IRError(f"{Op.LU.spelling} of {a.dtype.name}{list(a.shape)}: needs non-empty f32/f64 "
+                          f"[B, M, M], M < 2^24")
+        start, size = lu_parts(a.shape[0], a.shape[1])[1]
+        return self._add(Instr(Op.LU, a.dtype, (start + size,), (a,)))
+
     def solve_ls(self, a: Instr, b: Instr, l2: Instr, fast: bool) -> Instr:
         """MATRIX_SOLVE_LS: x [B, N, K] minimising ||a x - b||^2 + l2 ||x||^2 for the
         non-empty f32/f64 a [B, M, N], b [B, M, K] and the f64 scalar l2 (TF's kernel
@@ -553,6 +565,13 @@ def log_determinant_parts(batch: int) -> tuple:
     ``log-determinant`` result of ``batch`` matrices; the logs start at a multiple of 16
     elements (64-byte aligned, as ``qr_parts``; runtime/linalg.h says the same)."""
     return (0, batch), (-(-batch // 16) * 16, batch)
+
+
+def lu_parts(batch: int, rows: int) -> tuple:
+    """((start, size), (start, size)) of the factors [B, M, M] and the permutations [B, M]
+    in an ``lu`` result, the second 64-byte aligned (as ``qr_parts``; runtime/linalg.h)."""
+    size = batch * rows * rows
+    return (0, size), (-(-size // 16) * 16, batch * rows)
 
 
 def spectral_parts(op: Op, shape: tuple, attrs: dict) -> list:

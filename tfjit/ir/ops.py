@@ -177,6 +177,10 @@ class Op(enum.Enum):
     DETERMINANT = ("determinant", Kind.LIBRARY, 1)             # [B]: sign * exp(log |det|)
     # [B] signs then [B] log |det| in one flat result (module.log_determinant_parts)
     LOG_DETERMINANT = ("log-determinant", Kind.LIBRARY, 1)
+    # partially pivoted LU of a [B, M, M] (TF's Lu): one flat result holding the packed
+    # factors [B, M, M] then the row permutation [B, M] as exact integers of a's dtype,
+    # where module.lu_parts says
+    LU = ("lu", Kind.LIBRARY, 1)
     # least squares of a [B, M, N], b [B, M, K] and the f64 scalar l2 >= 0: x [B, N, K]
     # (TF's MatrixSolveLs: fast, the regularised normal equations by Cholesky; else
     # Eigen's complete orthogonal decomposition, l2 ignored); module.solve_ls

@@ -267,6 +267,8 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.qr(xs[0], a("full_matrices", 0))
     elif op in SOLVER_ATTRS:
         instr = m.matrix_op(op, *xs, lower=a("lower", 0), adjoint=a("adjoint", 0))
+    elif op is Op.LU:
+        instr = m.lu(xs[0])
     elif op is Op.MATRIX_SOLVE_LS:
         instr = m.solve_ls(xs[0], xs[1], xs[2], a("fast", 0))
     elif op in SPECTRAL_ATTRS:

@@ -1,6 +1,6 @@
 """Matrix decompositions and solvers: Qr, MatrixTriangularSolve, MatrixSolve, Cholesky,
-MatrixInverse, MatrixDeterminant, LogMatrixDeterminant, MatrixSolveLs, SelfAdjointEigV2,
-Svd.
+MatrixInverse, MatrixDeterminant, LogMatrixDeterminant, Lu, MatrixSolveLs,
+SelfAdjointEigV2, Svd.
 
 ``tf.linalg.qr`` becomes one IR ``qr``, a runtime-library call (as MatMul's dot is):
 under the launch op it runs TF's own Qr kernel, in the host runner and in AOT
@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import log_determinant_parts, qr_parts, spectral_parts
+from tfjit.ir.module import log_determinant_parts, lu_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import Unsupported, broadcast_shapes, broadcast_to, register
 
@@ -144,6 +144,26 @@ def _log_determinant(ctx):
         return _filled(m, 1.0, batch_dims, dtype), _filled(m, 0.0, batch_dims, dtype)
     parts = log_determinant_parts(math.prod(batch_dims))
     return tuple(m.reshape(m.slice(packed, (start,), (size,)), batch_dims) for start, size in parts)
+
+
+@register("Lu", dtypes=(dt.F32, dt.F64))
+def _lu(ctx):
+    """(lu [..., M, M], p [..., M] of output_idx_type) from Eigen's PartialPivLU, as TF's
+    kernel (an exact zero pivot fails the launch: "Input is not invertible.").  The call
+    packs the permutation as exact integers of the input's dtype; it is converted here."""
+    (x,) = ctx.inputs
+    batch_dims, rows = _square(ctx, x)
+    index_type = ctx.attr("output_idx_type")
+    index = dt.I32 if index_type is None else index_type.ir
+    if index not in (dt.I32, dt.I64):
+        raise Unsupported(f"Lu with output_idx_type {index.name}")
+    m = ctx.m
+    if 0 in x.shape:
+        return x, _filled(m, 0, batch_dims + (rows,), index)
+    batch = math.prod(batch_dims)
+    packed = m.lu(m.reshape(x, (batch, rows, rows)))
+    factors, perm = (m.slice(packed, (start,), (size,)) for start, size in lu_parts(batch, rows))
+    return m.reshape(factors, x.shape), m.reshape(m.convert(perm, index), batch_dims + (rows,))
 
 
 @register("MatrixSolveLs", "BatchMatrixSolveLs", dtypes=(dt.F32, dt.F64))

@@ -126,6 +126,9 @@ def library_flops(i) -> int:
         solve = 2 * m * m * columns if i.op in (Op.TRIANGULAR_SOLVE, Op.MATRIX_SOLVE,
                                                 Op.MATRIX_INVERSE) else 0
         return b * (factor + solve)
+    if i.op is Op.LU:     # LAPACK's count: 2/3 m^3
+        b, m, _ = i.operands[0].shape
+        return b * 2 * m ** 3 // 3
     if i.op is Op.MATRIX_SOLVE_LS:   # TF's kernel's count: max(m, n) min(m, n) (min(m, n) + k)
         b, m, n = i.operands[0].shape
         return b * 2 * max(m, n) * min(m, n) * (min(m, n) + i.operands[1].shape[2])

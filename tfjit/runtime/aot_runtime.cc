@@ -8,7 +8,7 @@
 // ignored (there is one kernel). An operand with no elements makes a sum over
 // nothing, as in tf_kernels.cc: the result is zeroed here, since linalg.cc's
 // functions take non-empty tensors only. Every call but a solver's succeeds
-// (returns 0); MatrixSolve/MatrixInverse of a singular matrix, MatrixSolveLs of a
+// (returns 0); MatrixSolve/MatrixInverse/Lu of a singular matrix, MatrixSolveLs of a
 // refused one and an eigensolver that does not converge return 1.
 
 #include <algorithm>
@@ -79,6 +79,11 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
     return tfjit_linalg_table()->matrix_solve_ls_##suffix(TFJIT_SOLVE_LS_ARGS);                 \
   }
 
+#define TFJIT_AOT_LU(suffix, T)                                                                \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_lu_##suffix(void*, int32_t, TFJIT_LU_PARAMS(T)) {            \
+    return tfjit_linalg_table()->lu_##suffix(TFJIT_LU_ARGS);                                     \
+  }
+
 #define TFJIT_AOT_DEFINE(suffix, T)                                                  \
   TFJIT_AOT_DOT(suffix, T)                                                           \
   TFJIT_AOT_QR(suffix, T)                                                            \
@@ -88,6 +93,7 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
   TFJIT_AOT_OF_MATRIX(matrix_inverse, suffix, T)                                     \
   TFJIT_AOT_OF_MATRIX(determinant, suffix, T)                                        \
   TFJIT_AOT_OF_MATRIX(log_determinant, suffix, T)                                    \
+  TFJIT_AOT_LU(suffix, T)                                                            \
   TFJIT_AOT_SOLVE_LS(suffix, T)                                                      \
   TFJIT_AOT_SPECTRAL(self_adjoint_eig, suffix, T)                                    \
   TFJIT_AOT_SPECTRAL(svd, suffix, T)                                                 \

@@ -341,6 +341,24 @@ int32_t LogDeterminant(TFJIT_MATRIX_PARAMS(T)) {
   return 0;
 }
 
+// TF's Lu kernel (lu_op.cc), matrix by matrix: Eigen's column-major PartialPivLU
+// of the row-major matrix; the permutation is P's transpose's indices.
+template <typename T>
+int32_t Lu(TFJIT_LU_PARAMS(T)) {
+  using Matrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+  for (int64_t i = 0; i < batch; ++i) {
+    Eigen::PartialPivLU<Matrix> lu(Matrix(Eigen::Map<const RowMatrix<T>>(a + i * m * m, m, m)));
+    Eigen::Map<RowMatrix<T>> factors(out + i * m * m, m, m);
+    factors = lu.matrixLU();
+    const Eigen::PermutationMatrix<Eigen::Dynamic, Eigen::Dynamic, int64_t> perm =
+        lu.permutationP().transpose();
+    T* indices = out + TfjitLuPermOffset(batch, m) + i * m;
+    for (int64_t j = 0; j < m; ++j) indices[j] = T(perm.indices()(j));
+    if (!(factors.diagonal().cwiseAbs().minCoeff() > T(0))) return 1;
+  }
+  return 0;
+}
+
 // TF's MatrixSolveLs kernel (matrix_solve_ls_op_impl.h), matrix by matrix: fast,
 // the lower triangle of the (regularised) Gram matrix, Eigen's LLT of it, then the
 // normal equations of the first kind (m >= n) or second kind (m < n); else the
@@ -417,7 +435,7 @@ int32_t Svd(TFJIT_SPECTRAL_PARAMS(T)) {
   Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
       DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>, TriangularSolve<T>,   \
       MatrixSolve<T>, Cholesky<T>, MatrixInverse<T>, Determinant<T>, LogDeterminant<T>,     \
-      MatrixSolveLs<T>, SelfAdjointEig<T>, Svd<T>
+      Lu<T>, MatrixSolveLs<T>, SelfAdjointEig<T>, Svd<T>
 
 TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
   static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};

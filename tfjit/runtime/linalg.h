@@ -71,6 +71,16 @@ inline int64_t TfjitQrROffset(int64_t batch, int64_t m, int64_t n, int32_t full_
 
 inline int64_t TfjitLogDetOffset(int64_t batch) { return (batch + 15) / 16 * 16; }
 
+// lu: the partially pivoted LU of a [batch, m, m] (m > 0) as TF's Lu: out holds the
+// packed factors [batch, m, m] (L's strictly lower triangle, unit diagonal implied;
+// U's upper), then from TfjitLuPermOffset the permutations [batch, m] as exact
+// integers of T (row i of P a is row perm[i] of a). Returns 1 where TF's kernel fails:
+// an exact zero pivot ("Input is not invertible.").
+#define TFJIT_LU_PARAMS(T) T *out, const T *a, int64_t batch, int64_t m
+#define TFJIT_LU_ARGS out, a, batch, m
+
+inline int64_t TfjitLuPermOffset(int64_t batch, int64_t m) { return (batch * m * m + 15) / 16 * 16; }
+
 // matrix_solve_ls: out [batch, n, k] = the least-squares solutions of a [batch, m, n]
 // x = b [batch, m, k] (all non-empty) with the f64 scalar *l2 >= 0 as TF's
 // MatrixSolveLs: `fast`, the regularised normal equations (of the second kind when
@@ -122,6 +132,8 @@ using TfjitSolveFn = int32_t (*)(TFJIT_SOLVE_PARAMS(T));
 template <typename T>
 using TfjitMatrixFn = int32_t (*)(TFJIT_MATRIX_PARAMS(T));
 template <typename T>
+using TfjitLuFn = int32_t (*)(TFJIT_LU_PARAMS(T));
+template <typename T>
 using TfjitSolveLsFn = int32_t (*)(TFJIT_SOLVE_LS_PARAMS(T));
 template <typename T>
 using TfjitSpectralFn = int32_t (*)(TFJIT_SPECTRAL_PARAMS(T));
@@ -140,6 +152,7 @@ using TfjitSpectralFn = int32_t (*)(TFJIT_SPECTRAL_PARAMS(T));
   TfjitMatrixFn<T> matrix_inverse_##suffix;              \
   TfjitMatrixFn<T> determinant_##suffix;                 \
   TfjitMatrixFn<T> log_determinant_##suffix;            \
+  TfjitLuFn<T> lu_##suffix;                              \
   TfjitSolveLsFn<T> matrix_solve_ls_##suffix;            \
   TfjitSpectralFn<T> self_adjoint_eig_##suffix;          \
   TfjitSpectralFn<T> svd_##suffix;

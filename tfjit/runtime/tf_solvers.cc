@@ -3,13 +3,14 @@
 //   tfjit_rt_{triangular_solve,matrix_solve}_<t>(runtime, kernel, TFJIT_SOLVE_PARAMS)
 //   tfjit_rt_{cholesky,matrix_inverse,determinant,log_determinant}_<t>(runtime, kernel,
 //                                                                     TFJIT_MATRIX_PARAMS)
+//   tfjit_rt_lu_<t>(runtime, kernel, TFJIT_LU_PARAMS)
 //   tfjit_rt_matrix_solve_ls_<t>(runtime, kernel, TFJIT_SOLVE_LS_PARAMS)
 //   tfjit_rt_{self_adjoint_eig,svd}_<t>(runtime, kernel, TFJIT_SPECTRAL_PARAMS)
 // Under TfjitLaunch each runs TF's own CPU kernel (MatrixTriangularSolve,
 // MatrixSolve, Cholesky, MatrixInverse, MatrixDeterminant, LogMatrixDeterminant,
 // SelfAdjointEigV2, Svd;
 // TF has no oneDNN ones, so `kernel` is ignored) on tfjit's buffers, so results and
-// failures are TF's: MatrixSolve/MatrixInverse of a singular matrix return 1 with
+// failures are TF's: MatrixSolve/MatrixInverse/Lu of a singular matrix return 1 with
 // TF's InvalidArgument status in the runtime context, as do MatrixSolveLs of a
 // negative l2 or (fast) a rank-deficient matrix and SelfAdjointEigV2 where
 // Eigen's solver does not converge. Without a launch (the host
@@ -88,6 +89,23 @@ int32_t OfMatrix(const char* op, void* runtime, TFJIT_MATRIX_PARAMS(T),
   return RunDefault(runtime, spec, inputs, outs);
 }
 
+// Lu of a [batch, m, m]: TF's factors are tfjit's buffer; its int64 permutation is
+// a tensor of its own, copied in as T (exact: m < 2^24, ir/module.py's lu).
+template <typename T>
+int32_t LuOf(void* runtime, TFJIT_LU_PARAMS(T), HostFn<TfjitLuFn<T>> eigen) {
+  if (runtime == nullptr) return OnHost(eigen, TFJIT_LU_ARGS);
+  const DataType dtype = DataTypeToEnum<T>::v();
+  auto attrs = [&](NodeDef* def) { AddNodeAttr("output_idx_type", DT_INT64, def); };
+  const KernelSpec spec{"Lu", dtype, 1, "int64", attrs};
+  Tensor inputs[1] = {Borrow(dtype, Matrices(batch, m, m), a)};
+  Tensor perm(DT_INT64, TensorShape({batch, m}));
+  const Tensor outs[2] = {Borrow(dtype, Matrices(batch, m, m), out), perm};
+  const int32_t rc = RunDefault(runtime, spec, inputs, outs);
+  const int64_t* indices = perm.flat<int64_t>().data();
+  std::copy(indices, indices + batch * m, out + TfjitLuPermOffset(batch, m));
+  return rc;
+}
+
 // MatrixSolveLs (fast) of a [batch, m, n], b [batch, m, k] and the scalar *l2.
 template <typename T>
 int32_t SolveLs(void* runtime, TFJIT_SOLVE_LS_PARAMS(T), HostFn<TfjitSolveLsFn<T>> eigen) {
@@ -149,6 +167,10 @@ int32_t Spectral(bool svd, void* runtime, TFJIT_SPECTRAL_PARAMS(T), HostFn<Tfjit
     return tensorflow::tfjit::Spectral<T>(svd, runtime, TFJIT_SPECTRAL_ARGS,                     \
                                           &TfjitLinalg::name##_##suffix);                         \
   }
+#define TFJIT_LU(suffix, T)                                                                      \
+  TFJIT_EXPORT int32_t tfjit_rt_lu_##suffix(void* runtime, int32_t, TFJIT_LU_PARAMS(T)) {        \
+    return tensorflow::tfjit::LuOf<T>(runtime, TFJIT_LU_ARGS, &TfjitLinalg::lu_##suffix);         \
+  }
 #define TFJIT_SOLVE_LS(suffix, T)                                                                 \
   TFJIT_EXPORT int32_t tfjit_rt_matrix_solve_ls_##suffix(void* runtime, int32_t,                 \
                                                          TFJIT_SOLVE_LS_PARAMS(T)) {             \
@@ -162,6 +184,7 @@ int32_t Spectral(bool svd, void* runtime, TFJIT_SPECTRAL_PARAMS(T), HostFn<Tfjit
   TFJIT_OF_MATRIX(matrix_inverse, "MatrixInverse", suffix, T)                                    \
   TFJIT_OF_MATRIX(determinant, "MatrixDeterminant", suffix, T)                                   \
   TFJIT_OF_MATRIX(log_determinant, "LogMatrixDeterminant", suffix, T)                           \
+  TFJIT_LU(suffix, T)                                                                            \
   TFJIT_SOLVE_LS(suffix, T)                                                                      \
   TFJIT_SPECTRAL(self_adjoint_eig, false, suffix, T)                                             \
   TFJIT_SPECTRAL(svd, true, suffix, T)

@@ -1,8 +1,9 @@
-"""MatrixSolveLs (lower/decompositions.py: one runtime-library call) and tf.linalg.expm
+"""Lu and MatrixSolveLs (lower/decompositions.py: one runtime-library call each) and tf.linalg.expm
 (TF builds it in Python from MatMul, MatrixSolve, a cond and a while loop, all lowered)
-against TF's executor.  Under the launch op MatrixSolveLs runs TF's own kernel (the same
-bits; its refusals are the launch's InvalidArgumentError); the host runner runs
-runtime/linalg.cc's Eigen code and the interpreter numpy's, within tolerance."""
+against TF's executor.  Under the launch op Lu and MatrixSolveLs run TF's own kernels
+(the same bits; their refusals are the launch's InvalidArgumentError); the host runner
+runs runtime/linalg.cc's Eigen code and the interpreter numpy's, within tolerance (the
+permutations exactly)."""
 from __future__ import annotations
 
 import numpy as np
@@ -154,6 +155,99 @@ def test_solve_ls_gradient_under_jit_compile_matches_tf(dtype):
     rtol = 1e-4 if dtype == "f32" else 1e-11
     for g, w in zip(tfjit.function(fn, jit_compile=True)(*args), tf.function(fn)(*args)):
         assert_matches(g.numpy(), w.numpy(), rtol=rtol, atol=rtol, check_zero_sign=False)
+
+
+# -- Lu: Eigen's PartialPivLU, the permutation as output_idx_type --------------------------
+
+LU_SHAPES = [(1, 1), (5, 5), (2, 3, 4, 4), (0, 0), (2, 0, 0)]
+
+
+def _lu_input(shape, dtype):
+    return np.random.default_rng(sum(shape) + len(shape)).uniform(-1, 1, shape).astype(DTYPES[dtype])
+
+
+@pytest.fixture(scope="module")
+def lu_fns():
+    out = {}
+    for index in (tf.int32, tf.int64):
+        def fn(a, index=index):
+            return tf.linalg.lu(a, output_idx_type=index)
+        out[index] = (tfjit.function(fn, jit_compile=True), tf.function(fn))
+    return out
+
+
+@pytest.mark.parametrize("index", [tf.int32, tf.int64], ids=["i32", "i64"])
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("shape", LU_SHAPES, ids=["x".join(map(str, s)) for s in LU_SHAPES])
+def test_lu_is_tfs(lu_fns, shape, dtype, index):
+    jit, ref = lu_fns[index]
+    x = tf.constant(_lu_input(shape, dtype))
+    for g, w in zip(jit(x), ref(x)):
+        assert_matches(g.numpy(), w.numpy(), rtol=0, atol=0)
+    if 0 not in shape:
+        assert "library" in [k.kind for k in jit.compiled(x).fusions]
+
+
+def test_lu_of_a_singular_matrix_fails_the_launch_as_tf(lu_fns):
+    jit, ref = lu_fns[tf.int32]
+    x = _lu_input((2, 3, 3), "f32")
+    x[1, :, 0] = 0.0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Input is not invertible"):
+        ref(tf.constant(x))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Input is not invertible.*\bLu\b|\bLu\b.*Input is not invertible"):
+        jit(tf.constant(x))
+
+
+def test_lu_of_a_non_square_matrix_known_at_run_time_is_a_typed_error_naming_op_and_node():
+    fn = lambda a: tf.linalg.lu(a)
+    signature = [tf.TensorSpec(None, tf.float32)]
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.function(fn, input_signature=signature)(tf.ones([2, 3]))
+    jit = tfjit.function(fn, jit_compile=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Lu \(Lu.*square.*\{\{node Lu\}\}"):
+        tf.function(lambda a: jit(a), input_signature=signature)(tf.ones([2, 3]))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_lu_in_the_host_runner_and_interpreter(lu_fns, dtype):
+    """Eigen's blocked LU (linalg.cc) and the interpreter's unblocked loop pick the same
+    pivots: the permutations exactly, the factors within tolerance; a zero pivot fails
+    both."""
+    from tfjit.ir import interp, interp_linalg, text
+    from tfjit.runtime import host
+    jit, ref = lu_fns[tf.int64]
+    for shape in LU_SHAPES:
+        if 0 in shape:
+            continue
+        x = _lu_input(shape, dtype)
+        compiled = jit.compiled(tf.constant(x))
+        want = [w.numpy() for w in ref(tf.constant(x))]
+        for where, got in {"host": host.run_compiled(compiled, [x]),
+                           "interp": interp.evaluate(text.parse_module(compiled.module_after), [x])}.items():
+            tol = HOST_TOL[dtype] * shape[-1]
+            assert_matches(got[0], want[0], rtol=tol, atol=tol, what=f"lu {shape} {where}", check_zero_sign=False)
+            assert_matches(got[1], want[1], what=f"perm {shape} {where}")
+    singular = np.zeros((3, 3), DTYPES[dtype])
+    compiled = jit.compiled(tf.constant(np.eye(3, dtype=DTYPES[dtype])))
+    with pytest.raises(ValueError, match="Lu"):
+        host.run_compiled(compiled, [singular])
+    with pytest.raises(interp_linalg.NotInvertible, match="not invertible"):
+        interp.evaluate(text.parse_module(compiled.module_after), [singular])
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_lu_with_tfs_lu_solve_compiles_and_matches(dtype):
+    """TF registers no gradient for Lu; tf.linalg.lu_solve (the permutation gathered,
+    two triangular solves) on its result compiles, within the oracle's float tolerance.
+    (lu_reconstruct does not: its InvertPermutation of a run-time permutation is not
+    lowered.)"""
+    def fn(a, b):
+        lu, perm = tf.linalg.lu(a)
+        return tf.linalg.lu_solve(lu, perm, b)
+    rng = np.random.default_rng(3)
+    args = [tf.constant(_lu_input((2, 4, 4), dtype)), tf.constant(rng.uniform(-1, 1, (2, 4, 2)).astype(DTYPES[dtype]))]
+    assert_matches(tfjit.function(fn, jit_compile=True)(*args).numpy(), tf.function(fn)(*args).numpy(),
+                   check_zero_sign=False)
 
 
 # -- tf.linalg.expm: TF's Pade approximant and squarings, a graph of lowered ops ----------
