@@ -1,8 +1,9 @@
-"""tfjit-aot on models with matmuls, convolutions, a QR and the dense solvers: the object calls the AOT runtime
+"""tfjit-aot on models with matmuls, convolutions, a QR, the dense solvers and the other
+decompositions (eig, SVD, LU, least squares): the object calls the AOT runtime
 (tfjit_aot_rt_*, aot/runtime.py), written beside it as ``<prefix>_runtime.a``, and a
 C++ program built with g++ from the object, that library and -lm gives TF's results.
 The seed's MNIST softmax regression (trained a few steps, frozen), a small CNN, a QR and
-a chain of solvers."""
+a chain of solvers, a set of decompositions."""
 from __future__ import annotations
 
 import os
@@ -103,6 +104,23 @@ def _solvers(tf, rng):
     return g
 
 
+def _decompositions(tf, rng):
+    """The eigendecomposition of x + x^T, the SVD of x, the LU of x x^T + 4 I, a
+    regularised least-squares solve (linalg.cc's Eigen code in the AOT runtime, TF's
+    kernels in Session.run); vectors by magnitude (their signs are not unique), fetched
+    as one vector."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4, 4], name="x")
+        e, v = tf.linalg.eigh(x + tf.linalg.matrix_transpose(x))
+        s, u, w = tf.linalg.svd(x)
+        lu, perm = tf.linalg.lu(tf.matmul(x, x, transpose_b=True) + 4.0 * tf.eye(4))
+        ls = tf.raw_ops.MatrixSolveLs(matrix=x, rhs=x[..., :2], l2_regularizer=tf.constant(0.1, tf.float64))
+        parts = [e, tf.abs(v), s, tf.abs(u), tf.abs(w), lu, tf.cast(perm, tf.float32), ls]
+        tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="probs")
+    return g
+
+
 CONFIG = ('feed {{ id {{ node_name: "x" }} shape {{ {dims} }} name: "x" }}\n'
           'fetch {{ id {{ node_name: "probs" }} name: "probs" }}\n')
 
@@ -111,7 +129,7 @@ def _dims(*sizes) -> str:
     return " ".join(f"dim {{ size: {s} }}" for s in sizes)
 
 
-@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "qr", "solvers"])
+@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "qr", "solvers", "decompositions"])
 def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
     labels = None
     if model == "mnist_softmax":
@@ -121,8 +139,8 @@ def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
         g = _qr(tf, rng)
         config = CONFIG.format(dims=_dims(3, 7, 4))
         inputs = [rng.standard_normal((3, 7, 4)).astype(np.float32)]
-    elif model == "solvers":
-        g = _solvers(tf, rng)
+    elif model in ("solvers", "decompositions"):
+        g = (_solvers if model == "solvers" else _decompositions)(tf, rng)
         config = CONFIG.format(dims=_dims(3, 4, 4))
         inputs = [rng.standard_normal((3, 4, 4)).astype(np.float32)]
     else:

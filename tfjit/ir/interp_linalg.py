@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfjit.ir.module import log_determinant_parts, lu_parts, qr_parts, spectral_parts
+from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import Op
 
 def dot(lhs, rhs, transpose_lhs, transpose_rhs):
@@ -66,7 +66,7 @@ def conv_backprop(instr, a, g):
 
 
 def qr(instr, x):
-    """Op.QR: Q [B, M, K] and R [B, K, N] in one flat result (module.qr_parts; the gap
+    """Op.QR: Q [B, M, K] and R [B, K, N] in one flat result (packing.qr_parts; the gap
     between them is zeros)."""
     full = bool(instr.attrs["full_matrices"])
     q, r = np.linalg.qr(x, mode="complete" if full else "reduced")
@@ -191,7 +191,7 @@ class NotConverged(ValueError):
 
 def spectral(instr, x):
     """SELF_ADJOINT_EIG (the lower triangle, as Eigen's solver reads it) or SVD of x
-    [B, M, N], packed as module.spectral_parts says (the gaps are zeros)."""
+    [B, M, N], packed as packing.spectral_parts says (the gaps are zeros)."""
     attrs = instr.attrs
     try:
         if instr.op is Op.SELF_ADJOINT_EIG:

@@ -166,7 +166,7 @@ class Op(enum.Enum):
     DEPTHWISE_BACKPROP_FILTER = ("depthwise-backprop-filter", Kind.LIBRARY, 2)
     # Householder QR of x [B, M, N] (Eigen's HouseholderQR, as TF's Qr kernel): one flat
     # result holding Q [B, M, K] then R [B, K, N], K = M (full_matrices) or min(M, N),
-    # where module.qr_parts says
+    # where packing.qr_parts says
     QR = ("qr", Kind.LIBRARY, 1)                 # attrs: full_matrices
     # dense solvers on square matrices a [B, M, M] (TF's Eigen kernels; module.py's
     # builders give the shapes): b [B, M, N] right-hand sides; adjoint: solve with a^H
@@ -175,18 +175,18 @@ class Op(enum.Enum):
     CHOLESKY = ("cholesky", Kind.LIBRARY, 1)                   # lower factor; NaN if not PD
     MATRIX_INVERSE = ("matrix-inverse", Kind.LIBRARY, 1)       # attrs: adjoint (LU)
     DETERMINANT = ("determinant", Kind.LIBRARY, 1)             # [B]: sign * exp(log |det|)
-    # [B] signs then [B] log |det| in one flat result (module.log_determinant_parts)
+    # [B] signs then [B] log |det| in one flat result (packing.log_determinant_parts)
     LOG_DETERMINANT = ("log-determinant", Kind.LIBRARY, 1)
     # partially pivoted LU of a [B, M, M] (TF's Lu): one flat result holding the packed
     # factors [B, M, M] then the row permutation [B, M] as exact integers of a's dtype,
-    # where module.lu_parts says
+    # where packing.lu_parts says
     LU = ("lu", Kind.LIBRARY, 1)
     # least squares of a [B, M, N], b [B, M, K] and the f64 scalar l2 >= 0: x [B, N, K]
     # (TF's MatrixSolveLs: fast, the regularised normal equations by Cholesky; else
     # Eigen's complete orthogonal decomposition, l2 ignored); module.solve_ls
     MATRIX_SOLVE_LS = ("matrix-solve-ls", Kind.LIBRARY, 3)      # a, b, l2; attrs: fast
     # spectral decompositions of x [B, M, N] (TF's Eigen kernels), their parts packed in
-    # one flat result where module.spectral_parts says: SELF_ADJOINT_EIG (M = N, the lower
+    # one flat result where packing.spectral_parts says: SELF_ADJOINT_EIG (M = N, the lower
     # triangle read) the eigenvalues [B, M] ascending, then (compute_v) the eigenvectors
     # [B, M, M] as columns; SVD the singular values [B, K] descending, K = min(M, N), then
     # (compute_uv) U [B, M, P] and V [B, N, Q], P = M, Q = N (full_matrices) or P = Q = K

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import log_determinant_parts, lu_parts, qr_parts, spectral_parts
+from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import Unsupported, broadcast_shapes, broadcast_to, register
 

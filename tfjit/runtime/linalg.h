@@ -42,7 +42,7 @@
 
 // QR of the matrices x [batch, m, n] (m, n > 0): out holds Q [batch, m, k], then
 // R [batch, k, n] from TfjitQrROffset (64-byte aligned, as TF's tensors must be),
-// with k = m when full_matrices, else min(m, n) (ir/module.py's qr_parts).
+// with k = m when full_matrices, else min(m, n) (ir/packing.py's qr_parts).
 #define TFJIT_QR_PARAMS(T) \
   T *out, const T *x, int64_t batch, int64_t m, int64_t n, int32_t full_matrices
 #define TFJIT_QR_ARGS out, x, batch, m, n, full_matrices
@@ -59,7 +59,7 @@ inline int64_t TfjitQrROffset(int64_t batch, int64_t m, int64_t n, int32_t full_
 //   cholesky: out [batch, m, m], the lower factor (NaN lower triangle where a is not
 //     positive definite, as TF's kernel); matrix_inverse: out = op(a)^-1;
 //   determinant: out [batch]; log_determinant: the signs [batch], then log |det|
-//     [batch] from TfjitLogDetOffset (ir/module.py's log_determinant_parts).
+//     [batch] from TfjitLogDetOffset (ir/packing.py's log_determinant_parts).
 // Each returns 0, or 1 where TF's kernel fails: matrix_solve and matrix_inverse on a
 // matrix whose LU has an exact zero pivot ("not invertible").
 #define TFJIT_SOLVE_PARAMS(T)                                                             \
@@ -92,7 +92,7 @@ inline int64_t TfjitLuPermOffset(int64_t batch, int64_t m) { return (batch * m *
 #define TFJIT_SOLVE_LS_ARGS out, a, b, l2, batch, m, n, k, fast
 
 // The spectral decompositions of x [batch, m, n] (batch, m, n > 0), their parts packed
-// in `out`, each from a multiple of 16 elements (TfjitSpectralOffsets; ir/module.py's
+// in `out`, each from a multiple of 16 elements (TfjitSpectralOffsets; ir/packing.py's
 // spectral_parts):
 //   self_adjoint_eig (m == n, the lower triangle read): the eigenvalues [batch, m]
 //     ascending, then (`vectors`: compute_v) the eigenvectors [batch, m, m] as columns;
