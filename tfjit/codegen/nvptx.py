@@ -55,7 +55,7 @@ ARCHS = ("sm_80", "sm_90")
 # The kinds the GPU emits; the others say why not (a reason per kind, as explain shows).
 GPU_KINDS = {KernelKind.LOOP, KernelKind.REDUCE}
 _NOT_YET = {
-    KernelKind.LIBRARY: "dot, convolution, QR, the solvers and the eigen/singular value decompositions call a runtime library (cuBLAS/cuDNN/"
+    KernelKind.LIBRARY: "dot, convolution, QR and the solvers call a runtime library (cuBLAS/cuDNN/"
                         "cuSOLVER calls are not written yet)",
     KernelKind.WHILE: "loops run on the host driver, which GPU code lacks",
     KernelKind.CONDITIONAL: "conditionals run on the host driver, which GPU code lacks",
