@@ -99,7 +99,9 @@ def batched_dot(m: Module, a: Instr, b: Instr, ta: bool = False, tb: bool = Fals
         # A batch of row blocks times one matrix (a dense layer on [B, T, K]) is one
         # [B*T, K] x [K, N] product: reshapes move no data, and TF's MatMul runs one GEMM
         # where BatchMatMulV2 would run B smaller ones.
-        flat = m.dot(m.reshape(a, (n * a.shape[-2], a.shape[-1])), m.reshape(b, b.shape[-2:]), False, tb)
+        # (A reshape of a reshape reads its source: fusion sees through one reshape.)
+        src = a.operands[0] if a.op is Op.RESHAPE else a
+        flat = m.dot(m.reshape(src, (n * a.shape[-2], a.shape[-1])), m.reshape(b, b.shape[-2:]), False, tb)
         return m.reshape(flat, batch + (rows, cols))
     out = m.dot(_as_batch(m, a, batch, n), _as_batch(m, b, batch, n), ta, tb)
     return m.reshape(out, batch + (rows, cols))
