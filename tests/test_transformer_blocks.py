@@ -182,58 +182,6 @@ def test_sums_of_products_that_are_not_folded(case):
     assert " reduce(" in got.compiled(*args).module_after
 
 
-# -- sibling products of one operand: one product with the weights side by side --------
-
-@pytest.mark.parametrize("m, k, ns", [(1, 1, (1, 1)), (7, 5, (3, 1, 13)), (13, 1, (2, 2)),
-                                      (1, 11, (17, 5)), (19, 4, (4, 4, 4))])
-@pytest.mark.parametrize("transpose_b", [False, True])
-def test_products_sharing_an_operand_are_one_dot(m, k, ns, transpose_b):
-    rng = np.random.default_rng(m * 31 + k * 7 + sum(ns))
-    x = tf.constant(rng.standard_normal((m, k)).astype(np.float32))
-    ws = [tf.constant(rng.standard_normal((n, k) if transpose_b else (k, n)).astype(np.float32))
-          for n in ns]
-
-    def f(x, *ws):     # each product feeds its own elementwise consumer, one is an output
-        ys = [tf.matmul(x, w, transpose_b=transpose_b) for w in ws]
-        return [ys[0]] + [tf.tanh(y) * (j + 1.0) for j, y in enumerate(ys)]
-    got = tfjit.function(f, jit_compile=True)
-    for a, e in zip(got(x, *ws), tf.function(f)(x, *ws)):
-        assert_matches(a.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
-    after = got.compiled(x, *ws).module_after
-    assert after.count(" dot(") == 1 and f"f32[{m},{sum(ns)}] dot(" in after, after
-
-
-def test_products_with_computed_weights_or_other_operands_stay_apart():
-    rng = np.random.default_rng(11)
-    x, y = (tf.constant(rng.standard_normal((6, 4)).astype(np.float32)) for _ in range(2))
-    w, v = (tf.constant(rng.standard_normal((4, 3)).astype(np.float32)) for _ in range(2))
-    cases = [lambda x, y, w, v: (tf.matmul(x, w), tf.matmul(x, tf.tanh(v))),      # a computed weight
-             lambda x, y, w, v: (tf.matmul(x, w), tf.matmul(y, v)),               # other lhs
-             lambda x, y, w, v: (tf.matmul(x, w), tf.matmul(x, tf.transpose(v), transpose_b=True))]
-    for f in cases:
-        got = tfjit.function(f, jit_compile=True)
-        for a, e in zip(got(x, y, w, v), f(x, y, w, v)):
-            assert_matches(a.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
-        assert got.compiled(x, y, w, v).module_after.count(" dot(") == 2
-
-
-def test_sibling_merge_stops_at_the_column_bound(monkeypatch):
-    from tfjit.passes import dots
-    monkeypatch.setattr(dots, "MAX_MERGED_COLUMNS", 5)
-    rng = np.random.default_rng(12)
-    x = tf.constant(rng.standard_normal((3, 4)).astype(np.float32))
-    ws = [tf.constant(rng.standard_normal((4, n)).astype(np.float32)) for n in (3, 2, 4, 6)]
-
-    def f(x, *ws):
-        return [tf.matmul(x, w) for w in ws]
-    got = tfjit.function(f, jit_compile=True)
-    for a, e in zip(got(x, *ws), f(x, *ws)):
-        assert_matches(a.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
-    after = got.compiled(x, *ws).module_after
-    # 3 + 2 merge, 4 alone (4 + 6 > 5), 6 alone
-    assert after.count(" dot(") == 3 and "f32[3,5] dot(" in after, after
-
-
 # -- the blocks ------------------------------------------------------------------------
 
 def _layernorm(x, g, b):
