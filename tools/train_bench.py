@@ -29,8 +29,11 @@ and issue 14's blocks (batch 8, sequence 128, d_model 256, float32):
 Each step runs as ``tf.function`` (TF graph), ``tf.function(jit_compile=True)``
 (TF's XLA) and ``tfjit.function(jit_compile=True)``, on its own copy of the
 variables, after warm-up; the figure is the median of ``--runs`` steps timed
-round-robin (one step of each mode in turn), so a noisy neighbour slows every
-mode alike.  ``--memory`` reruns each (workload, mode) in a fresh process and
+round-robin (one step of each mode in turn, in an order shuffled every round),
+so a noisy neighbour slows every mode alike.  The shuffle: a step that always ran
+right after XLA's paid for it (XLA's threads still spinning): on the loaded
+2-core machine identical tfjit steps differed by 25% in p10 depending on whether
+they followed XLA's.  ``--memory`` reruns each (workload, mode) in a fresh process and
 reports its peak resident set size (VmHWM), and for tfjit also that of its LLVM
 compile server (a process of its own; see codegen/jit_server.py).  Nothing is
 asserted.
@@ -275,8 +278,10 @@ def time_modes(name: str, runs: int, modes=MODES) -> dict:
         except Exception as e:          # a benchmark reports, it does not stop
             out[mode] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     times = {mode: [] for mode in steps}
+    order, shuffle = list(steps.items()), np.random.default_rng(1)
     for _ in range(runs):
-        for mode, (f, args) in steps.items():
+        shuffle.shuffle(order)
+        for mode, (f, args) in order:
             t = time.perf_counter()
             _block(f(*args))
             times[mode].append(time.perf_counter() - t)
