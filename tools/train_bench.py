@@ -31,7 +31,7 @@ Each step runs as ``tf.function`` (TF graph), ``tf.function(jit_compile=True)``
 variables, after warm-up; the figure is the median of ``--runs`` steps timed
 round-robin (one step of each mode in turn, in an order shuffled every round),
 so a noisy neighbour slows every mode alike.  The shuffle: a step that always ran
-right after XLA's paid for it (XLA's threads still spinning): on the loaded
+right after XLA's paid for it (plausibly XLA's threads still spinning): on the loaded
 2-core machine identical tfjit steps differed by 25% in p10 depending on whether
 they followed XLA's.  ``--memory`` reruns each (workload, mode) in a fresh process and
 reports its peak resident set size (VmHWM), and for tfjit also that of its LLVM
