@@ -123,10 +123,11 @@ def test_a_transposed_batch_and_a_batched_rhs_stay_batched():
 # -- the weight gradient: a batch folded into the contraction ------------------------------
 
 @pytest.mark.parametrize("b, t, k, n", DENSE)
-def test_weight_gradient_is_one_dot_over_the_batch(b, t, k, n):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_weight_gradient_is_one_dot_over_the_batch(b, t, k, n, dtype):
     rng = np.random.default_rng(b + 7 * t + 31 * k + 101 * n)
-    x = tf.constant(rng.standard_normal((b, t, k)).astype(np.float32))
-    w = tf.constant(rng.standard_normal((k, n)).astype(np.float32))
+    x = tf.constant(rng.standard_normal((b, t, k)).astype(dtype))
+    w = tf.constant(rng.standard_normal((k, n)).astype(dtype))
 
     def f(x, w):
         with tf.GradientTape() as tape:
@@ -135,11 +136,15 @@ def test_weight_gradient_is_one_dot_over_the_batch(b, t, k, n):
             loss = tf.reduce_sum(y * y)
         return tape.gradient(loss, w)
     got = tfjit.function(f, jit_compile=True)
-    assert_matches(got(x, w).numpy(), tf.function(f)(x, w).numpy(), rtol=1e-5, atol=1e-5)
+    tol = {np.float16: 2e-2}.get(dtype, 1e-5)
+    assert_matches(got(x, w).numpy(), tf.function(f)(x, w).numpy(), rtol=tol, atol=tol * t * b)
     after = got.compiled(x, w).module_after
+    if dtype is np.float16:      # the product runs in f32 between converts: not folded
+        return
     assert " reduce(" not in after, after
     if b > 1:          # (TF's own gradient has no sum over a batch of 1)
-        assert f"f32[{k},{n}] dot(" in after and "transpose_lhs=1" in after, after
+        name = "f32" if dtype is np.float32 else "f64"
+        assert f"{name}[{k},{n}] dot(" in after and "transpose_lhs=1" in after, after
 
 
 def test_a_sum_over_a_batch_of_products_with_special_values():
