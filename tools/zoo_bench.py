@@ -3,6 +3,7 @@
     python tools/zoo_bench.py                       # --quick: the default subset
     python tools/zoo_bench.py --all                 # every keras.applications model
     python tools/zoo_bench.py --models InceptionV3 Xception --runs 20 --batch 4
+    python tools/zoo_bench.py --models DenseNet121 --kinds predict   # no train step
 
 Models: every ``keras.applications`` model, built with ``weights=None`` and
 ``classes=10`` at ``--size`` x ``--size`` inputs (96 by default, above every
@@ -42,6 +43,7 @@ import tfjit  # noqa: E402
 from tools.bench import Variant, _block, time_ms  # noqa: E402
 
 MODES = ("graph", "xla", "tfjit")
+KINDS = ("predict", "train")
 CLASSES = 10
 KERAS_TEST_MODELS = ("mlp", "cnn", "transformer", "lstm")     # tests/test_keras_models.py
 # fits a few minutes on 2 cores: the small test models and a few applications, among
@@ -90,8 +92,9 @@ def _loss(name: str):
     return keras.losses.SparseCategoricalCrossentropy(from_logits=name.startswith("keras_"))
 
 
-def make_copies(name: str, size: int, batch: int) -> tuple:
-    """({mode: model}, x, y, {mode + " predict first" / " train first": ms, "max |diff|"})."""
+def make_copies(name: str, size: int, batch: int, kinds=KINDS) -> tuple:
+    """({mode: model}, x, y, {mode + " predict first" / " train first": ms, "max |diff|"})
+    for the step ``kinds`` ("predict", "train")."""
     import keras
     models, first, preds = {}, {}, {}
     x = y = None
@@ -104,28 +107,31 @@ def make_copies(name: str, size: int, batch: int) -> tuple:
         if mode == "xla":
             tfjit.keras.disable()
         try:
-            t = time.perf_counter()
-            preds[mode] = np.asarray(model.predict_on_batch(x))
-            first[mode + " predict first"] = (time.perf_counter() - t) * 1e3
-            t = time.perf_counter()
-            _block(model.train_on_batch(x, y))
-            first[mode + " train first"] = (time.perf_counter() - t) * 1e3
+            if "predict" in kinds:
+                t = time.perf_counter()
+                preds[mode] = np.asarray(model.predict_on_batch(x))
+                first[mode + " predict first"] = (time.perf_counter() - t) * 1e3
+            if "train" in kinds:
+                t = time.perf_counter()
+                _block(model.train_on_batch(x, y))
+                first[mode + " train first"] = (time.perf_counter() - t) * 1e3
         finally:
             if mode == "xla":
                 tfjit.keras.enable()
         if mode == "tfjit" and not tfjit.keras.step_functions(model):
             raise RuntimeError(f"{name}: tfjit's hook made no step (is it enabled?)")
         models[mode] = model
-    for mode in ("xla", "tfjit"):
+    for mode in ("xla", "tfjit") if preds else ():
         first[mode + " max |diff|"] = float(np.max(np.abs(preds[mode] - preds["graph"])))
     return models, x, y, first
 
 
-def time_model(name: str, size: int, batch: int, runs: int, warmup: int = 2) -> dict:
+def time_model(name: str, size: int, batch: int, runs: int, warmup: int = 2,
+               kinds=KINDS) -> dict:
     """Medians (ms) of predict_on_batch and train_on_batch per mode, first calls, diffs."""
-    models, x, y, out = make_copies(name, size, batch)
+    models, x, y, out = make_copies(name, size, batch, kinds)
     xt, yt = tf.constant(x), tf.constant(y)
-    for kind in ("predict", "train"):
+    for kind in kinds:
         variants = {}
         for mode, model in models.items():
             call = ((lambda m=model: m.predict_on_batch(xt)) if kind == "predict"
@@ -154,6 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=15, help="timed rounds per step kind")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--size", type=int, default=96, help="applications' image side")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                    help="which steps to time")
     args = ap.parse_args(argv)
     names = all_names() if args.all else (args.models or list(QUICK))
     unknown = sorted(set(names) - set(all_names()))
@@ -166,31 +174,35 @@ def main(argv=None) -> int:
           "ratios are speeds (peer ms / tfjit ms)\n")
     print("| model | predict ms graph / XLA / tfjit | tfjit/graph | tfjit/XLA "
           "| train ms graph / XLA / tfjit | tfjit/graph | tfjit/XLA "
-          "| first predict+train ms graph / XLA / tfjit | max abs diff of predictions XLA / tfjit "
+          f"| first {'+'.join(args.kinds)} ms graph / XLA / tfjit | max abs diff of predictions XLA / tfjit "
           "| load |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     ratios = {k: [] for k in ("predict graph", "predict xla", "train graph", "train xla")}
     for name in names:
         try:
-            r = time_model(name, args.size, args.batch, args.runs)
+            r = time_model(name, args.size, args.batch, args.runs, kinds=args.kinds)
         except Exception as e:          # a benchmark reports, it does not stop
             print(f"| {name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:200]} |",
                   flush=True)
             continue
         cells = []
-        for kind in ("predict", "train"):
+        for kind in KINDS:
+            if kind not in args.kinds:
+                cells += ["-", "-", "-"]
+                continue
             g, x, j = (r[f"{m} {kind}"] for m in MODES)
             rg, rx = _ratio(g, j), _ratio(x, j)
             ratios[kind + " graph"].append(rg)
             ratios[kind + " xla"].append(rx)
             cells += [f"{g:.2f} / {x:.2f} / {j:.2f}", f"{rg:.2f}x", f"{rx:.2f}x"]
-        first = " / ".join(f"{r[m + ' predict first'] + r[m + ' train first']:.0f}"
-                           for m in MODES)
-        diff = f"{r['xla max |diff|']:.1e} / {r['tfjit max |diff|']:.1e}"
+        first = " / ".join(f"{sum(r[f'{m} {k} first'] for k in args.kinds):.0f}" for m in MODES)
+        diff = (f"{r['xla max |diff|']:.1e} / {r['tfjit max |diff|']:.1e}"
+                if "predict" in args.kinds else "-")
         print(f"| {name} | " + " | ".join(cells) + f" | {first} | {diff} | {r['load']:.2f} |",
               flush=True)
     print("\ngeomean speed of tfjit: "
-          + ", ".join(f"{k.replace('xla', 'XLA')} {_geomean(v):.2f}x" for k, v in ratios.items()))
+          + ", ".join(f"{k.replace('xla', 'XLA')} {_geomean(v):.2f}x" for k, v in ratios.items()
+                      if v))
     return 0
 
 
