@@ -3,6 +3,9 @@
     python tools/xla_op_tests.py --tests-dir ~/src/tensorflow/tensorflow/compiler/tests \\
         unary_ops_test binary_ops_test --json /tmp/xla.json
 
+``--files-from LIST`` reads more file names from LIST (one or more a line, ``#``
+comments), e.g. ``tools/xla_op_tests_files.txt``, the files the 2026-12-04 runs covered.
+
 Where the tests come from: ``tensorflow/compiler/tests/*_test.py`` in the TensorFlow
 repository (https://github.com/tensorflow/tensorflow, Apache-2.0), the op tests
 TF's XLA runs on its ``XLA_CPU`` device.  They are not part of tfjit: check out (or
@@ -29,15 +32,18 @@ each op under test is a cluster of its own, as XLA compiles it.
 Each file runs in a subprocess of its own (``--timeout`` seconds) through unittest;
 each test is recorded as pass / fail / error / skip / timeout, with where it ran:
 
-* ``tfjit``: every launch compiled and ran tfjit's kernels, and no op of the test's
-  graphs was left to TF;
+* ``tfjit``: every launch compiled and ran tfjit's kernels, or raised the op's error
+  itself (an operand TF's kernel refuses, e.g. a reduction axis out of range: tfjit
+  raises TF's InvalidArgumentError, as XLA does), and no op of the test's graphs was
+  left to TF;
 * ``partial``: some launch ran tfjit's kernels, but some cluster fell back to TF or
   some op was refused;
-* ``tf``: no tfjit kernel ran (nothing clustered, or every cluster fell back).
+* ``tf``: no tfjit kernel ran and tfjit raised no error (nothing clustered, or every
+  cluster fell back).
 
 The signal: the launch cache is cleared before each test, so every TfjitLaunch node
-asks the compile service at its first run, which either hands it an executable or
-makes it run its original subgraph (counted here), and every clustering pass run is
+asks the compile service at its first run, which hands it an executable, makes it
+run its original subgraph, or raises the op's error (each counted here), and every clustering pass run is
 recorded with the reasons it refused ops.  Eager ops are never clustered (tfjit, as
 XLA, leaves them to TF), so tests that run ops eagerly count as ``tf``.
 
@@ -92,6 +98,7 @@ class Probe:
         self.graphs = 0
         self.clusters = 0
         self.compiled = 0
+        self.raised = 0                          # launches tfjit answered with the op's error
         self.fallbacks = collections.Counter()   # reason -> launches
         self.refused = collections.Counter()     # "Op: reason" -> nodes
 
@@ -115,6 +122,9 @@ class Probe:
             except launch.Fallback as e:
                 self.fallbacks[_fold(str(e))[:160]] += 1
                 raise
+            except Exception:    # the op's InvalidArgumentError, raised by tfjit (as XLA)
+                self.raised += 1
+                raise
             self.compiled += 1
             return exe
 
@@ -137,7 +147,7 @@ class Probe:
             self._launch.clear_cache()    # every launch node asks the service again
 
     def where(self) -> str:
-        if not self.compiled:
+        if not (self.compiled or self.raised):
             return "tf"
         return "partial" if self.fallbacks or self.refused else "tfjit"
 
@@ -145,7 +155,7 @@ class Probe:
         if not hasattr(self, "_launch"):     # not installed: --mode xla or tf
             return {"where": "-"}
         return {"where": self.where(), "graphs": self.graphs, "clusters": self.clusters,
-                "compiled": self.compiled, "fallbacks": dict(self.fallbacks),
+                "compiled": self.compiled, "raised": self.raised, "fallbacks": dict(self.fallbacks),
                 "refused": dict(self.refused)}
 
 
@@ -381,6 +391,8 @@ def main(argv=None) -> int:
     p.add_argument("files", nargs="*", help="test files by name (unary_ops_test or "
                    "unary_ops_test.py); 'all': every *_test.py in --tests-dir; default: "
                    + ", ".join(DEFAULT_FILES))
+    p.add_argument("--files-from", help="a text file naming test files, one a line "
+                   "(# starts a comment); added to those on the command line")
     p.add_argument("--tests-dir", required=True, help="a copy of tensorflow/compiler/tests")
     p.add_argument("--types", default="xla_cpu", help="xla_cpu (default), core, or DT_* list")
     p.add_argument("--timeout", type=float, default=900, help="seconds per file")
@@ -398,7 +410,11 @@ def main(argv=None) -> int:
     args.types = {"xla_cpu": XLA_CPU_TYPES, "core": CORE_TYPES}.get(args.types, args.types)
     if args.child:
         return run_child(args)
-    names = [f[:-3] if f.endswith(".py") else f for f in args.files] or list(DEFAULT_FILES)
+    listed = list(args.files)
+    if args.files_from:
+        with open(args.files_from) as f:
+            listed += [w for line in f for w in line.split("#", 1)[0].split()]
+    names = [f[:-3] if f.endswith(".py") else f for f in listed] or list(DEFAULT_FILES)
     if names == ["all"]:
         names = sorted(f[:-3] for f in os.listdir(args.tests_dir) if f.endswith("_test.py"))
     missing = [n for n in names if not os.path.exists(os.path.join(args.tests_dir, n + ".py"))]

@@ -16,7 +16,8 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import FOLD_MAX_ELEMENTS, Instr
 from tfjit.ir.ops import Op
 from tfjit.lower import registry
-from tfjit.lower.registry import LowerCtx, Unsupported, broadcast_to, register, scalar_like
+from tfjit.lower.registry import (InvalidArgument, LowerCtx, Unsupported, broadcast_to, register,
+                                  scalar_like)
 
 INT32_MAX = 2**31 - 1
 
@@ -468,7 +469,8 @@ def _broadcast_args(ctx: LowerCtx):
     rank = max(len(s0), len(s1))
     a, b = [1] * (rank - len(s0)) + s0, [1] * (rank - len(s1)) + s1
     if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
-        raise Unsupported(f"Incompatible shapes: {s0} vs. {s1}")
+        raise InvalidArgument(f"Incompatible shapes: [{','.join(map(str, s0))}] vs. "
+                              f"[{','.join(map(str, s1))}]")
     return ctx.m.constant(np.asarray([y if x == 1 else x for x, y in zip(a, b)], np.int64), ctx.dtype)
 
 
