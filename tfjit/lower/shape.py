@@ -102,11 +102,12 @@ def _squeeze(ctx: LowerCtx):
     return ctx.m.reshape(x, keep)
 
 
-@register("Transpose", dtypes=registry.ALL, const_inputs=(1,))
+@register("Transpose", "ConjugateTranspose", dtypes=registry.ALL, const_inputs=(1,))
 def _transpose(ctx: LowerCtx):
+    """ConjugateTranspose of a real tensor (its only dtypes here) is its Transpose."""
     x, perm = ctx.inputs[0], ctx.const_ints(1, "Transpose's perm")
     if sorted(perm) != list(range(x.rank)):
-        raise Unsupported(f"Transpose: {perm} is not a permutation of rank {x.rank}")
+        raise Unsupported(f"{ctx.node.op}: {perm} is not a permutation of rank {x.rank}")
     return ctx.m.transpose(x, perm)
 
 
