@@ -39,13 +39,17 @@ each test is recorded as pass / fail / error / skip / timeout, with where it ran
 * ``partial``: some launch ran tfjit's kernels, but some cluster fell back to TF or
   some op was refused;
 * ``tf``: no tfjit kernel ran and tfjit raised no error (nothing clustered, or every
-  cluster fell back).
+  cluster fell back);
+* ``none``: no graph reached the clustering pass: the test ran ops eagerly, raised
+  its expected error while building the graph (TF's shape inference), or ran
+  nothing (e.g. a dtype loop over an empty set).  No compiler, tfjit or XLA,
+  could have run such a test; the table's "tfjit % ran" leaves them out.
 
 The signal: the launch cache is cleared before each test, so every TfjitLaunch node
 asks the compile service at its first run, which hands it an executable, makes it
 run its original subgraph, or raises the op's error (each counted here), and every clustering pass run is
 recorded with the reasons it refused ops.  Eager ops are never clustered (tfjit, as
-XLA, leaves them to TF), so tests that run ops eagerly count as ``tf``.
+XLA, leaves them to TF), so tests that run ops eagerly count as ``none``.
 
 Prints a table per file (tests, passed, failed, skipped, in tfjit), the commonest
 failure reasons (exception type and first line, numbers folded) and the commonest
@@ -148,7 +152,7 @@ class Probe:
 
     def where(self) -> str:
         if not (self.compiled or self.raised):
-            return "tf"
+            return "tf" if self.graphs or self.fallbacks else "none"
         return "partial" if self.fallbacks or self.refused else "tfjit"
 
     def record(self) -> dict:
@@ -330,7 +334,7 @@ def summarize(records: list, top: int, baseline: dict | None = None) -> str:
     share of those that pass here."""
     files = list(dict.fromkeys(r["file"] for r in records))
     head = ["file", "tests", "passed", "failed", "skipped", "pass %", "tfjit", "partial",
-            "tfjit %", "any %"]
+            "none", "tfjit %", "tfjit % ran", "any %"]
     rows = [tuple(head + (["base ok", "of base"] if baseline is not None else []))]
     totals = collections.Counter()
     for name in files + ["TOTAL"]:
@@ -338,8 +342,9 @@ def summarize(records: list, top: int, baseline: dict | None = None) -> str:
         c = collections.Counter(r["status"] for r in mine)
         w = collections.Counter(r.get("where") for r in mine if r["status"] == "pass")
         row = [name, len(mine), c["pass"], c["fail"] + c["error"] + c["timeout"], c["skip"],
-               _pct(c["pass"], len(mine) - c["skip"]), w["tfjit"], w["partial"],
-               _pct(w["tfjit"], c["pass"]), _pct(w["tfjit"] + w["partial"], c["pass"])]
+               _pct(c["pass"], len(mine) - c["skip"]), w["tfjit"], w["partial"], w["none"],
+               _pct(w["tfjit"], c["pass"]), _pct(w["tfjit"], c["pass"] - w["none"]),
+               _pct(w["tfjit"] + w["partial"], c["pass"])]
         if baseline is not None:
             base = [r for r in mine if baseline.get((r["file"], r["test"])) == "pass"]
             row += [len(base), _pct(sum(r["status"] == "pass" for r in base), len(base))]
@@ -351,12 +356,15 @@ def summarize(records: list, top: int, baseline: dict | None = None) -> str:
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(-1, "-" * len(lines[0]))
     lines.append(f"pass %: of the tests run (skips excluded); tfjit: passing tests whose every "
-                 f"launch ran tfjit kernels, no op left to TF; partial: some did; any %: "
-                 f"(tfjit + partial) / passed; {totals['timeout']} timeouts")
+                 f"launch ran tfjit kernels (or raised the op's error), no op left to TF; "
+                 f"partial: some did; none: no graph reached the clustering pass; tfjit % ran: "
+                 f"tfjit / (passed - none); any %: (tfjit + partial) / passed; "
+                 f"{totals['timeout']} timeouts")
     failing = [r for r in records if r["status"] in ("fail", "error", "timeout")]
     lines += ["", f"Failure reasons (top {top} of {len(failing)} failing tests):"]
     lines += _grouped(failing, lambda r: [f"[{r.get('where', '?')}] {r['why']}"], top)
-    in_tf = [r for r in records if r["status"] == "pass" and r.get("where") in ("tf", "partial")]
+    in_tf = [r for r in records if r["status"] == "pass"
+             and r.get("where") in ("tf", "partial", "none")]
     lines += ["", f"Why passing tests ran (partly) in TF ({len(in_tf)} tests; a test may "
               "count under several reasons):"]
     lines += _grouped(in_tf, _tf_reasons, top)
@@ -367,7 +375,8 @@ def _tf_reasons(r: dict) -> list:
     out = [f"refused {k}" for k in r.get("refused", {})]
     out += [f"fallback: {k}" for k in r.get("fallbacks", {})]
     if not out:
-        out = ["no graph clustered (eager ops or no Session)" if not r.get("graphs")
+        out = ["no graph reached the clustering pass (eager ops, an error while building "
+               "the graph, or nothing run)" if not r.get("graphs")
                else "nothing clustered in the test's graphs"]
     return out
 
