@@ -244,7 +244,8 @@ def _pairs(d: str) -> tuple:
 
 def _bitwise_fn(x, y):
     return {op: getattr(R, op)(x=x, y=y) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "LeftShift",
-                                                   "RightShift")} | {"Invert": R.Invert(x=x)}
+                                                   "RightShift")} | {"Invert": R.Invert(x=x),
+                                                                      "PopulationCount": R.PopulationCount(x=x)}
 
 
 @pytest.mark.parametrize("d", BIT_DTYPES)

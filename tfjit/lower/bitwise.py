@@ -1,4 +1,4 @@
-"""Lowerings of TF's bitwise ops (tf.bitwise) and Bitcast.
+"""Lowerings of TF's bitwise ops (tf.bitwise, PopulationCount) and Bitcast.
 
 Semantics are TF's CPU kernels' (tensorflow/core/kernels/cwise_ops.h):
 LeftShift shifts as unsigned and wraps, RightShift is arithmetic for signed
@@ -7,8 +7,9 @@ types and logical for unsigned ones, and both clamp the shift amount to
 """
 from __future__ import annotations
 
+from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import INTS, NUMERIC, Unsupported, broadcast_all, register
+from tfjit.lower.registry import INTS, NUMERIC, Unsupported, broadcast_all, register, scalar_like
 
 _BINARY = {"BitwiseAnd": Op.AND, "BitwiseOr": Op.OR, "BitwiseXor": Op.XOR, "LeftShift": Op.SHL}
 for _tf, _op in _BINARY.items():
@@ -30,3 +31,28 @@ def _bitcast(ctx):
         raise Unsupported(f"Bitcast from {x.dtype} to {target} changes the shape (widths differ); "
                           "tfjit compiles only same-width bitcasts")
     return ctx.m.bitcast(x, target)
+
+
+@register("PopulationCount", dtypes=INTS)
+def _population_count(ctx):
+    """The set bits of each element (as unsigned), into uint8: the SWAR sum of bit
+    fields (pairs, nibbles, bytes), then a multiply that adds the byte counts into the
+    top byte.  Narrow types are widened (zero-extended) to 32 bits first."""
+    m, x = ctx.m, ctx.inputs[0]
+    u = m.bitcast(x, dt.BY_NAME[f"u{x.dtype.bits}"]) if x.dtype.is_signed else x
+    wide = dt.U64 if u.dtype.bits == 64 else dt.U32
+    u = m.convert(u, wide) if u.dtype is not wide else u
+    bits = wide.bits
+
+    def c(pattern: int):        # the byte pattern repeated across the word
+        return scalar_like(m, int.from_bytes(bytes([pattern]) * (bits // 8), "little"), u)
+
+    def op(kind, a, b):
+        return m.elementwise(kind, a, b)
+    pairs = op(Op.SUB, u, op(Op.AND, op(Op.SHR_LOGICAL, u, scalar_like(m, 1, u)), c(0x55)))
+    nibbles = op(Op.ADD, op(Op.AND, pairs, c(0x33)),
+                 op(Op.AND, op(Op.SHR_LOGICAL, pairs, scalar_like(m, 2, u)), c(0x33)))
+    nbytes = op(Op.AND, op(Op.ADD, nibbles, op(Op.SHR_LOGICAL, nibbles, scalar_like(m, 4, u))),
+                c(0x0F))
+    total = op(Op.SHR_LOGICAL, op(Op.MUL, nbytes, c(0x01)), scalar_like(m, bits - 8, u))
+    return m.convert(total, dt.U8)
