@@ -26,11 +26,34 @@ def _right_shift(ctx):
 
 @register("Bitcast", dtypes=NUMERIC)
 def _bitcast(ctx):
-    x, target = ctx.inputs[0], ctx.attr("type").ir
-    if target.bits != x.dtype.bits:
-        raise Unsupported(f"Bitcast from {x.dtype} to {target} changes the shape (widths differ); "
-                          "tfjit compiles only same-width bitcasts")
-    return ctx.m.bitcast(x, target)
+    """TF's Bitcast reinterprets memory: to a narrower type each element becomes a new
+    last dimension of its pieces, lowest-addressed first (little-endian: the low bits);
+    to a wider type the last dimension, of exactly that many pieces, joins into one."""
+    m, x, target = ctx.m, ctx.inputs[0], ctx.attr("type").ir
+    if target.bits == x.dtype.bits:
+        return m.bitcast(x, target)
+    if target is dt.PRED:
+        raise Unsupported("Bitcast to bool")
+    src, dst = dt.BY_NAME[f"u{x.dtype.bits}"], dt.BY_NAME[f"u{target.bits}"]
+    u = m.bitcast(x, src) if x.dtype is not src else x
+    if x.dtype.bits > target.bits:
+        k, mask = x.dtype.bits // target.bits, (1 << target.bits) - 1
+        pieces = [m.convert(m.elementwise(Op.AND, m.elementwise(
+            Op.SHR_LOGICAL, u, scalar_like(m, i * target.bits, u)), scalar_like(m, mask, u)), dst)
+            for i in range(k)]
+        out = m.concat([m.reshape(p, x.shape + (1,)) for p in pieces], x.rank)
+    else:
+        k = target.bits // x.dtype.bits
+        if x.rank == 0 or x.shape[-1] != k:
+            raise Unsupported(f"Bitcast from {x.dtype} to {target} needs a last dimension of "
+                              f"{k}, got shape {list(x.shape)}")
+        out = None
+        for i in range(k):
+            piece = m.convert(m.reshape(m.slice(u, [0] * (x.rank - 1) + [i], x.shape[:-1] + (1,)),
+                                        x.shape[:-1]), dst)
+            piece = m.elementwise(Op.SHL, piece, scalar_like(m, i * x.dtype.bits, piece))
+            out = piece if out is None else m.elementwise(Op.OR, out, piece)
+    return m.bitcast(out, target) if target is not dst else out
 
 
 @register("PopulationCount", dtypes=INTS)
