@@ -324,6 +324,9 @@ def run_file(name: str, args) -> list:
                         "why": f"crash: process exited with {rc}", "where": "tf"})
     for rec in records:
         rec["file"] = name
+    if args.logs:        # each file's records as it ends: a run stopped early keeps them
+        with open(os.path.join(args.logs, name + ".jsonl"), "w") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in records)
     print(f"  {name}: {len(records)} tests in {time.time() - t0:.0f} s", file=sys.stderr)
     return records
 
@@ -411,7 +414,8 @@ def main(argv=None) -> int:
                    "adds the pass rate over the tests that passed there")
     p.add_argument("--filter", help="regex on test ids (Class.method)")
     p.add_argument("--json", help="write every test's record here")
-    p.add_argument("--logs", help="directory for each file's stdout/stderr")
+    p.add_argument("--logs", help="directory for each file's stdout/stderr (NAME.log) and "
+                   "records (NAME.jsonl, written as the file ends)")
     p.add_argument("--top", type=int, default=15, help="reasons listed")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
