@@ -4,7 +4,8 @@
         unary_ops_test binary_ops_test --json /tmp/xla.json
 
 ``--files-from LIST`` reads more file names from LIST (one or more a line, ``#``
-comments), e.g. ``tools/xla_op_tests_files.txt``, the files the 2026-12-04 runs covered.
+comments), e.g. ``tools/xla_op_tests_files.txt``, the files chosen for the 2026-12-04
+runs.  ``--logs DIR`` keeps each file's output and records as the file ends.
 
 Where the tests come from: ``tensorflow/compiler/tests/*_test.py`` in the TensorFlow
 repository (https://github.com/tensorflow/tensorflow, Apache-2.0), the op tests
@@ -47,8 +48,8 @@ each test is recorded as pass / fail / error / skip / timeout, with where it ran
 
 The signal: the launch cache is cleared before each test, so every TfjitLaunch node
 asks the compile service at its first run, which hands it an executable, makes it
-run its original subgraph, or raises the op's error (each counted here), and every clustering pass run is
-recorded with the reasons it refused ops.  Eager ops are never clustered (tfjit, as
+run its original subgraph, or raises the op's error (each counted here), and every
+clustering pass run is recorded with the reasons it refused ops.  Eager ops are never clustered (tfjit, as
 XLA, leaves them to TF), so tests that run ops eagerly count as ``none``.
 
 Prints a table per file (tests, passed, failed, skipped, in tfjit), the commonest
