@@ -1,4 +1,4 @@
-"""Bucketize and ListDiff (lower/lookup.py), compiled by tfjit and compared with TF's
+"""Bucketize, LowerBound/UpperBound and ListDiff (lower/lookup.py), compiled by tfjit and compared with TF's
 executor exactly (integer results), and their errors in TF's words.
 
 ListDiff's operands are constant inputs: fed at run time, each value compiles once
@@ -32,6 +32,17 @@ CASES = [
     ("Bucketize-repeated-boundary", lambda x: R.Bucketize(input=x, boundaries=[1., 3., 3., 8.]),
      [FLOATS]),
     ("Bucketize-scalar", lambda x: R.Bucketize(input=x[3], boundaries=[0., 1.]), [FLOATS]),
+    ("LowerBound-f32", lambda s, v: R.LowerBound(sorted_inputs=s, values=v),
+     [np.sort(_RNG.integers(-9, 9, (3, 12)).astype(np.float32), axis=1),
+      np.concatenate([_RNG.integers(-10, 10, (3, 9)), np.full((3, 1), np.nan)], 1).astype(np.float32)]),
+    ("UpperBound-f32", lambda s, v: R.UpperBound(sorted_inputs=s, values=v),
+     [np.sort(_RNG.integers(-9, 9, (3, 12)).astype(np.float32), axis=1),
+      np.concatenate([_RNG.integers(-10, 10, (3, 9)), np.full((3, 1), np.nan)], 1).astype(np.float32)]),
+    ("LowerBound-i32-out-i64", lambda s, v: R.LowerBound(sorted_inputs=s, values=v, out_type=tf.int64),
+     [np.sort(_RNG.integers(-9, 9, (2, 7)), axis=1).astype(np.int32),
+      _RNG.integers(-10, 10, (2, 5)).astype(np.int32)]),
+    ("UpperBound-empty-rows", lambda s, v: R.UpperBound(sorted_inputs=s, values=v),
+     [np.zeros((2, 0), np.float64), np.ones((2, 3), np.float64)]),
     ("ListDiff-duplicates", lambda x, y: R.ListDiff(x=x, y=y, out_idx=tf.int64),
      [np.int32([1, 2, 4, 3, 2, 3, 3, 1]), np.int32([4, 2])]),
     ("ListDiff-floats", lambda x, y: R.ListDiff(x=x, y=y),

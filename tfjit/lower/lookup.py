@@ -1,4 +1,5 @@
-"""Lowerings of value lookups: Bucketize, and ListDiff of operands known at compile time.
+"""Lowerings of value lookups: Bucketize, LowerBound/UpperBound (searchsorted), and ListDiff
+of operands known at compile time.
 
 ListDiff's output shape depends on its operands' values, so (as in XLA, whose kernel
 needs them constant) both operands are constant inputs: the result is a constant,
@@ -11,7 +12,8 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
 from tfjit.lower import registry
-from tfjit.lower.registry import InvalidArgument, LowerCtx, broadcast_to, register, scalar_like
+from tfjit.lower.registry import (InvalidArgument, LowerCtx, Unsupported, broadcast_to, register,
+                                  scalar_like)
 
 
 @register("ListDiff", dtypes=registry.ALL, const_inputs=(0, 1))
@@ -44,3 +46,22 @@ def _bucketize(ctx: LowerCtx):
         out = m.elementwise(Op.ADD, out, m.convert(m.elementwise(Op.NOT, below), dt.I32))
     return out
 
+
+
+@register("LowerBound", "UpperBound", dtypes=registry.NUMERIC)
+def _search_sorted(ctx: LowerCtx):
+    """Per row, the std::lower_bound (upper_bound) position of each value in the sorted
+    row: the count of row elements e with e < v (with !(v < e)), as one compare of
+    [rows, values, elements] reduced over the elements (NaN values: 0, and the row length)."""
+    from tfjit.lower.reduce import reduce_axes
+    m, (seq, values) = ctx.m, ctx.inputs
+    if seq.rank != 2 or values.rank != 2 or seq.shape[0] != values.shape[0]:
+        raise Unsupported(f"{ctx.node.op}: sorted_inputs {list(seq.shape)} and values "
+                          f"{list(values.shape)} must be matrices with the same rows")
+    rows, n, k = seq.shape[0], seq.shape[1], values.shape[1]
+    e = m.broadcast(seq, (rows, k, n), (0, 2))
+    v = m.broadcast(values, (rows, k, n), (0, 1))
+    hit = (m.elementwise(Op.LT, e, v) if ctx.node.op == "LowerBound"
+           else m.elementwise(Op.NOT, m.elementwise(Op.LT, v, e)))
+    out = ctx.attr("out_type").ir
+    return reduce_axes(m, m.convert(hit, out), "sum", [2], False)
