@@ -1,11 +1,12 @@
-"""SpaceToBatch(ND), BatchToSpace(ND), Roll, DataFormatVecPermute and DataFormatDimMap
-(lower/space_batch.py), compiled by tfjit and compared with TF's executor.
+"""SpaceToBatch(ND), BatchToSpace(ND), Roll, ExtractImagePatches, DataFormatVecPermute and
+DataFormatDimMap (lower/space_batch.py), compiled by tfjit and compared with TF's executor.
 
 Data movement only, so every result must equal TF's exactly (floats included: the
 sign of zero and NaN payload positions too, through ``assert_matches`` with zero
 tolerance).  The operand is a function argument (the compiled kernel moves it);
 block shapes, paddings, crops, shifts and formats are constants, as TF's XLA op
-tests (spacetobatch_op_test, manip_ops_test, data_format_ops_test) build them.
+tests (spacetobatch_op_test, manip_ops_test, extract_image_patches_op_test,
+data_format_ops_test) build them.
 """
 from __future__ import annotations
 
@@ -62,6 +63,18 @@ CASES = [
      (np.int32,)),
     ("Roll-full-turn", lambda x: R.Roll(input=x, shift=[10], axis=[1]), (3, 5, 2), (np.int32,)),
     ("Roll-empty", lambda x: R.Roll(input=x, shift=[1], axis=[0]), (0, 3), (np.float32,)),
+    ("Patches-1x1", lambda x: _patches(x, (1, 1), (1, 1), (1, 1), "VALID"), (2, 7, 6, 3),
+     (np.float32,)),
+    ("Patches-strided", lambda x: _patches(x, (1, 1), (2, 3), (1, 1), "VALID"), (2, 7, 6, 3),
+     (np.int32,)),
+    ("Patches-2x2-same", lambda x: _patches(x, (2, 2), (1, 1), (1, 1), "SAME"), (2, 7, 6, 3),
+     (np.float32, np.float16)),
+    ("Patches-dilated", lambda x: _patches(x, (2, 2), (1, 1), (2, 2), "VALID"), (2, 7, 6, 3),
+     (np.float32,)),
+    ("Patches-all-same", lambda x: _patches(x, (3, 2), (2, 3), (2, 1), "SAME"), (2, 7, 6, 3),
+     (np.float64,)),
+    ("Patches-uneven", lambda x: _patches(x, (3, 3), (1, 1), (3, 2), "VALID"), (1, 7, 6, 2),
+     (np.uint8,)),
     ("VecPermute-NHWC-NCHW", lambda x: R.DataFormatVecPermute(x=x, src_format="NHWC",
                                                              dst_format="NCHW"), (4,),
      (np.int32, np.int64)),
@@ -78,6 +91,11 @@ CASES = [
     ("DimMap-NDHWC", lambda x: R.DataFormatDimMap(x=x % 10 - 5, src_format="NDHWC",
                                                  dst_format="NCDHW"), (7,), (np.int64,)),
 ]
+
+
+def _patches(x, ksize, strides, rates, padding):
+    return R.ExtractImagePatches(images=x, ksizes=[1, *ksize, 1], strides=[1, *strides, 1],
+                                 rates=[1, *rates, 1], padding=padding)
 
 
 def _params():

@@ -1,14 +1,17 @@
 """Lowerings of TF's block and layout movement: SpaceToBatch(ND), BatchToSpace(ND), Roll,
-DataFormatVecPermute and DataFormatDimMap.
+ExtractImagePatches, DataFormatVecPermute and DataFormatDimMap.
 
 Each is data movement on shapes known at compile time (block shapes, paddings, crops,
 shifts and axes are constant inputs): pads, reshapes, transposes, slices and concats,
 which fusion turns into index arithmetic.  The layouts are TF's kernels' own
-(tensorflow/core/kernels/spacetobatch_functor.h, roll_op.cc, data_format_ops.h).
+(tensorflow/core/kernels/spacetobatch_functor.h, roll_op.cc, extract_image_patches_op.h,
+data_format_ops.h).
 """
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
@@ -126,6 +129,45 @@ def _roll(ctx: LowerCtx):
         first = m.slice(x, starts, tail)
         x = m.concat([last, first], d)
     return x
+
+
+def _window(n: int, k: int, stride: int, rate: int, padding: str) -> tuple:
+    """(output size, padding before, padding after) of one dimension, as TF's
+    GetWindowedOutputSize with the dilated window."""
+    k = (k - 1) * rate + 1
+    if padding == "VALID":
+        out = max(-(-(n - k + 1) // stride), 0)
+        return out, 0, 0
+    out = -(-n // stride)
+    total = max((out - 1) * stride + k - n, 0)
+    return out, total // 2, total - total // 2
+
+
+@register("ExtractImagePatches", dtypes=registry.ALL)
+def _extract_image_patches(ctx: LowerCtx):
+    """out[n, y, x, (i*kw + j)*C + c] = padded[n, y*sr + i*rr, x*sc + j*rc, c]: one strided
+    slice of the zero-padded image per window tap, concatenated along the depth."""
+    m, x = ctx.m, ctx.inputs[0]
+    ksize, strides, rates = (list(ctx.attr(a, ())) for a in ("ksizes", "strides", "rates"))
+    padding = ctx.attr("padding", b"VALID")
+    padding = padding.decode() if isinstance(padding, bytes) else str(padding)
+    if (x.rank != 4 or len(ksize) != 4 or len(strides) != 4 or len(rates) != 4
+            or ksize[0] != 1 or ksize[3] != 1 or strides[0] != 1 or strides[3] != 1
+            or rates[0] != 1 or rates[3] != 1 or padding not in ("SAME", "VALID")
+            or min(ksize + strides + rates) < 1):
+        raise Unsupported(f"ExtractImagePatches: ksizes {ksize}, strides {strides}, rates {rates}, "
+                          f"padding {padding} for input {list(x.shape)}")
+    n, h, w, c = x.shape
+    (oh, ph0, ph1), (ow, pw0, pw1) = (_window(s, k, st, r, padding) for s, k, st, r in
+                                      ((h, ksize[1], strides[1], rates[1]),
+                                       (w, ksize[2], strides[2], rates[2])))
+    padded = m.pad(x, m.scalar(0, x.dtype), (0, ph0, pw0, 0), (0, ph1, pw1, 0))
+    taps = [m.slice(padded, (0, i * rates[1], j * rates[2], 0), (n, oh, ow, c),
+                    (1, strides[1], strides[2], 1))
+            for i in range(ksize[1]) for j in range(ksize[2])]
+    if not oh or not ow or not n or not c:
+        return m.constant(np.zeros((n, oh, ow, c * len(taps)), x.dtype.numpy()), x.dtype)
+    return m.concat(taps, 3) if len(taps) > 1 else taps[0]
 
 
 def _formats(ctx: LowerCtx) -> tuple:
