@@ -90,6 +90,13 @@ CASES = [
     Case("MatMul-vector", tf.matmul, ((1, 9), (9, 1))),
     Case("MatMul-bias-relu", lambda a, b: tf.nn.relu(tf.matmul(a, b) + 0.25), ((33, 17), (17, 9))),
     Case("MatMul-grads", _grads(tf.matmul), ((6, 5), (5, 4))),
+    # SparseMatMul: MatMul into f32 (bfloat16 operands widened); the hints pick TF's algorithm
+    Case("SparseMatMul", lambda a, b: R.SparseMatMul(a=a, b=b), ((7, 5), (5, 3)), ("f32", "bf16")),
+    Case("SparseMatMul-hints", lambda a, b: R.SparseMatMul(
+        a=a, b=b, transpose_a=True, a_is_sparse=True, b_is_sparse=True), ((5, 7), (5, 3)),
+         ("f32", "bf16"), special=True),
+    Case("SparseMatMul-transpose_b", lambda a, b: R.SparseMatMul(
+        a=a, b=b, transpose_b=True, b_is_sparse=True), ((6, 4), (3, 4)), ("f32",)),
     Case("BatchMatMul", tf.matmul, ((3, 4, 5), (3, 5, 2)), ("f32", "f64", "bf16")),
     Case("BatchMatMul-broadcast", tf.matmul, ((2, 3, 4, 5), (5, 6))),
     Case("BatchMatMul-broadcast-batch", tf.matmul, ((2, 1, 4, 5), (1, 3, 5, 6))),
