@@ -13,13 +13,27 @@ Workloads (issue 4's targets):
 * ``cnn``       train step of a small Keras CNN (Conv2D, BatchNormalization,
                 MaxPooling2D, Dropout, GlobalAveragePooling2D, Dense) on
                 28x28x1 images, batch 128, Adam;
-* ``mobilenet`` MobileNetV2 (weights=None) inference, batch 8 at 224x224.
+* ``mobilenet`` MobileNetV2 (weights=None) inference, batch 8 at 224x224;
+
+and issue 14's blocks (batch 8, sequence 128, d_model 256, float32):
+
+* ``attn`` / ``attn_train``     a pre-LN transformer encoder block: layernorm, Q/K/V
+                projections, reshape/transpose into 4 heads, batched matmuls with
+                a scaled, padding-masked softmax, output projection, residual,
+                layernorm, tanh-GELU MLP (d_ff 1024), residual; forward, and a
+                train step (mean squared error, tape gradients, SGD on its 16
+                variables);
+* ``swiglu`` / ``swiglu_train`` an RMSNorm + SwiGLU MLP block (d_ff 1024, residual);
+                forward, and the same kind of train step.
 
 Each step runs as ``tf.function`` (TF graph), ``tf.function(jit_compile=True)``
 (TF's XLA) and ``tfjit.function(jit_compile=True)``, on its own copy of the
 variables, after warm-up; the figure is the median of ``--runs`` steps timed
-round-robin (one step of each mode in turn), so a noisy neighbour slows every
-mode alike.  ``--memory`` reruns each (workload, mode) in a fresh process and
+round-robin (one step of each mode in turn, in an order shuffled every round),
+so a noisy neighbour slows every mode alike.  The shuffle: a step that always ran
+right after XLA's paid for it (plausibly XLA's threads still spinning): on the loaded
+2-core machine identical tfjit steps differed by 25% in p10 depending on whether
+they followed XLA's.  ``--memory`` reruns each (workload, mode) in a fresh process and
 reports its peak resident set size (VmHWM), and for tfjit also that of its LLVM
 compile server (a process of its own; see codegen/jit_server.py).  Nothing is
 asserted.
@@ -134,11 +148,110 @@ def mobilenet(rng):
     return (lambda x: model(x, training=False)), (x,)
 
 
+_B, _T, _D, _H, _FF = 8, 128, 256, 4, 1024
+
+
+def _dense_vars(rng, shapes):
+    return [tf.Variable((rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)
+                        if len(s) == 2 else np.zeros(s, np.float32)) for s in shapes]
+
+
+def _layernorm(x, g, b):
+    mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + 1e-5) * g + b
+
+
+def _encoder_vars(rng):
+    d, ff = _D, _FF
+    vs = _dense_vars(rng, [(d, d), (d,), (d, d), (d,), (d, d), (d,), (d, d), (d,),
+                           (d, ff), (ff,), (ff, d), (d,)])
+    return vs + [tf.Variable(tf.ones([d])), tf.Variable(tf.zeros([d])),
+                 tf.Variable(tf.ones([d])), tf.Variable(tf.zeros([d]))]
+
+
+def _encoder(vs, x, mask):
+    """Pre-LN encoder block; ``mask`` [B, T] is 1 for a token, 0 for padding."""
+    wq, bq, wk, bk, wv, bv, wo, bo, w1, b1, w2, b2, g1, c1, g2, c2 = vs
+    dh = _D // _H
+
+    def heads(t):                                  # [B, T, D] -> [B, H, T, dh]
+        return tf.transpose(tf.reshape(t, [_B, _T, _H, dh]), [0, 2, 1, 3])
+    h = _layernorm(x, g1, c1)
+    q, k, v = (heads(tf.matmul(h, w) + b) for w, b in ((wq, bq), (wk, bk), (wv, bv)))
+    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / np.sqrt(dh))
+    scores += (1.0 - mask[:, None, None, :]) * -1e9
+    att = tf.matmul(tf.nn.softmax(scores, axis=-1), v)          # [B, H, T, dh]
+    att = tf.reshape(tf.transpose(att, [0, 2, 1, 3]), [_B, _T, _D])
+    x = x + tf.matmul(att, wo) + bo
+    h = _layernorm(x, g2, c2)
+    h = tf.nn.gelu(tf.matmul(h, w1) + b1, approximate=True)
+    return x + tf.matmul(h, w2) + b2
+
+
+def _swiglu_vars(rng):
+    return _dense_vars(rng, [(_D, _FF), (_D, _FF), (_FF, _D)]) + [tf.Variable(tf.ones([_D]))]
+
+
+def _swiglu(vs, x):
+    wg, wu, wd, g = vs
+    h = x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + 1e-6) * g
+    return x + tf.matmul(tf.nn.silu(tf.matmul(h, wg)) * tf.matmul(h, wu), wd)
+
+
+def _block_inputs(rng):
+    x = tf.constant(rng.standard_normal((_B, _T, _D), dtype=np.float32))
+    lengths = rng.integers(_T // 2, _T + 1, _B)
+    mask = tf.constant((np.arange(_T)[None, :] < lengths[:, None]).astype(np.float32))
+    return x, mask
+
+
+def _sgd_step(vs, loss_of):
+    def step(*args):
+        with tf.GradientTape() as tape:
+            loss = loss_of(*args)
+        for v, g in zip(vs, tape.gradient(loss, vs)):
+            v.assign_sub(1e-3 * g)
+        return loss
+    return step
+
+
+def attn(rng):
+    vs = _encoder_vars(rng)
+    x, mask = _block_inputs(rng)
+    return (lambda x, mask: _encoder(vs, x, mask)), (x, mask)
+
+
+def attn_train(rng):
+    vs = _encoder_vars(rng)
+    x, mask = _block_inputs(rng)
+    y = tf.constant(rng.standard_normal((_B, _T, _D), dtype=np.float32))
+    step = _sgd_step(vs, lambda x, mask, y: tf.reduce_mean(tf.square(_encoder(vs, x, mask) - y)))
+    return step, (x, mask, y)
+
+
+def swiglu(rng):
+    vs = _swiglu_vars(rng)
+    x, _ = _block_inputs(rng)
+    return (lambda x: _swiglu(vs, x)), (x,)
+
+
+def swiglu_train(rng):
+    vs = _swiglu_vars(rng)
+    x, _ = _block_inputs(rng)
+    y = tf.constant(rng.standard_normal((_B, _T, _D), dtype=np.float32))
+    step = _sgd_step(vs, lambda x, y: tf.reduce_mean(tf.square(_swiglu(vs, x) - y)))
+    return step, (x, y)
+
+
 WORKLOADS = {
     "mlp": ("MLP train step (784-1024-1024-10, batch 512, Adam)", mlp),
     "softmax": ("softmax regression train step (784 -> 10, batch 100, SGD)", softmax),
     "cnn": ("Keras CNN train step (28x28x1, batch 128, Adam)", cnn),
     "mobilenet": ("MobileNetV2 inference (batch 8, 224x224)", mobilenet),
+    "attn": ("pre-LN encoder block forward (8x128x256, 4 heads)", attn),
+    "attn_train": ("pre-LN encoder block train step (8x128x256, 4 heads, SGD)", attn_train),
+    "swiglu": ("RMSNorm + SwiGLU MLP forward (8x128x256, d_ff 1024)", swiglu),
+    "swiglu_train": ("RMSNorm + SwiGLU MLP train step (8x128x256, SGD)", swiglu_train),
 }
 
 
@@ -165,8 +278,10 @@ def time_modes(name: str, runs: int, modes=MODES) -> dict:
         except Exception as e:          # a benchmark reports, it does not stop
             out[mode] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     times = {mode: [] for mode in steps}
+    order, shuffle = list(steps.items()), np.random.default_rng(1)
     for _ in range(runs):
-        for mode, (f, args) in steps.items():
+        shuffle.shuffle(order)
+        for mode, (f, args) in order:
             t = time.perf_counter()
             _block(f(*args))
             times[mode].append(time.perf_counter() - t)
