@@ -306,6 +306,36 @@ def test_session_follows_the_config_proto(flags):
                    results[tf.compat.v1.OptimizerOptions.OFF])
 
 
+def test_the_graph_pass_clusters_cond_and_while_with_their_bodies(auto_mode):
+    # The pass hands the clustering the functions the graph reaches: before, it sent no
+    # library, so every functional If/While stayed in TF.  They reach the pass where TF
+    # does not lower them to Switch/Merge first: graphs built for XLA (TF's XLA op
+    # tests' XLAControlFlowContext), which auto-clustering serves as it serves XLA.
+    from tensorflow.python.ops import control_flow_ops
+
+    def build(x, p):
+        y = tf.cond(p > 0, lambda: tf.exp(x) * 2.0 + 1.0, lambda: tf.tanh(x) - 1.0)
+        _, z = tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v * 0.5 + y), [0, y])
+        return tf.reduce_sum(z * 3.0 - 1.0, name="cf_out")
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    want = {p: tf.function(build)(x, np.float32(p)).numpy() for p in (1.0, -1.0)}
+    g = tf.Graph()
+    with g.as_default():
+        context = control_flow_ops.XLAControlFlowContext()
+        context.Enter()
+        xp = tf.compat.v1.placeholder(tf.float32, [8])
+        pp = tf.compat.v1.placeholder(tf.float32, [])
+        out = build(xp, pp)
+        context.Exit()
+    with tf.compat.v1.Session(graph=g) as sess:
+        got = {p: sess.run(out, {xp: x, pp: p}) for p in (1.0, -1.0)}
+    for p in want:
+        assert_matches(got[p], want[p], rtol=1e-5, atol=1e-5)
+    result = clustered("cf_out")
+    ops = {result.graph.nodes[n].op for spec in result.specs for n in spec.nodes}
+    assert {"StatelessIf", "If"} & ops and {"StatelessWhile", "While"} & ops, (ops, result.marks)
+
+
 # -- seeing what happened -----------------------------------------------------------------
 
 def test_clustering_dumps(auto_mode, tmp_path, monkeypatch):

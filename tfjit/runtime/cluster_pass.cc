@@ -26,6 +26,9 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "tensorflow/core/common_runtime/graph_constructor.h"
 #include "tensorflow/core/common_runtime/optimization_registry.h"
@@ -62,7 +65,8 @@ class TfjitClusterPass : public GraphOptimizationPass {
     Graph* graph = options.graph->get();
     GraphDef graph_def;
     graph->ToGraphDef(&graph_def);
-    graph_def.clear_library();  // the clustering reads nodes only
+    graph_def.clear_library();
+    AddReachableFunctions(options.flib_def, &graph->flib_def(), &graph_def);
     std::unordered_map<std::string, NodeDef*> by_name;
     for (NodeDef& nd : *graph_def.mutable_node()) by_name[nd.name()] = &nd;
     for (const Node* n : graph->op_nodes()) {
@@ -100,6 +104,36 @@ class TfjitClusterPass : public GraphOptimizationPass {
   }
 
  private:
+  // Copies into `graph_def`'s library the functions its nodes reach (If/While/Case
+  // branches and bodies, calls), transitively, from the runtime's library (a
+  // Session's or a function's) or the graph's own: marking clusters a While/If
+  // only when its bodies compile, so without them every one stayed in TF. Only
+  // the reachable ones: a Keras program's library holds hundreds of functions,
+  // and this runs for every graph.
+  static void AddReachableFunctions(const FunctionLibraryDefinition* runtime,
+                                    const FunctionLibraryDefinition* own, GraphDef* graph_def) {
+    std::vector<std::string> stack;
+    auto push = [&stack](const NodeDef& nd) {
+      stack.push_back(nd.op());   // a function called as an op
+      for (const auto& [name, value] : nd.attr()) {
+        if (value.has_func()) stack.push_back(value.func().name());
+        for (const NameAttrList& f : value.list().func()) stack.push_back(f.name());
+      }
+    };
+    for (const NodeDef& nd : graph_def->node()) push(nd);
+    std::unordered_set<std::string> seen;
+    while (!stack.empty()) {
+      const std::string name = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(name).second) continue;
+      const FunctionDef* fdef = runtime != nullptr ? runtime->Find(name) : nullptr;
+      if (fdef == nullptr && own != nullptr) fdef = own->Find(name);
+      if (fdef == nullptr) continue;
+      *graph_def->mutable_library()->add_function() = *fdef;
+      for (const NodeDef& nd : fdef->node_def()) push(nd);
+    }
+  }
+
   // Adds the fallback functions to both libraries the runtime may consult and
   // replaces the graph; the original graph is kept on any failure.
   static absl::Status Install(const GraphOptimizationPassOptions& options, Graph* graph,
