@@ -561,6 +561,7 @@ _EVAL = {
                                                                instr.attrs["dilations"], instr.attrs["padding"])),
     **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
     Op.QR: _fpu_instr(interp_linalg.qr),
+    Op.FFT: _fpu_instr(interp_linalg.fft),
     **{op: _fpu_instr(interp_linalg.solver) for op in SOLVER_ATTRS},
 }
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice

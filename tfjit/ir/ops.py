@@ -177,6 +177,9 @@ class Op(enum.Enum):
     DETERMINANT = ("determinant", Kind.LIBRARY, 1)             # [B]: sign * exp(log |det|)
     # [B] signs then [B] log |det| in one flat result (module.log_determinant_parts)
     LOG_DETERMINANT = ("log-determinant", Kind.LIBRARY, 1)
+    # TF's FFT kernels over the last len(fft_length) dims of x [B, dims...] (module.fft):
+    # complex values as their real views [..., 2]; attrs: fft_type (FFT_TYPES), fft_length
+    FFT = ("fft", Kind.LIBRARY, 1)
     # run-time indices (operands after the first (two): one integer scalar per dim, clamped
     # so the window fits, as HLO's)
     DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
@@ -210,6 +213,9 @@ CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
 SOLVER_ATTRS = {Op.TRIANGULAR_SOLVE: ("lower", "adjoint"), Op.MATRIX_SOLVE: ("adjoint",),
                 Op.CHOLESKY: (), Op.MATRIX_INVERSE: ("adjoint",), Op.DETERMINANT: (),
                 Op.LOG_DETERMINANT: ()}
+
+# Op.FFT's fft_type: complex -> complex forward/inverse, real -> complex, complex -> real
+FFT_TYPES = ("fft", "ifft", "rfft", "irfft")
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})

@@ -57,6 +57,20 @@ def pack(m: Module, c: Complex) -> Instr:
     return m.concat([m.reshape(c.re, shape), m.reshape(c.im, shape)], len(c.shape))
 
 
+def view(m: Module, c: Complex) -> Instr:
+    """The real view of ``c`` for an operand that reads memory (a library call): the
+    view ``c`` was unpacked from when it still is one (a parameter, a library result),
+    else ``pack``."""
+    parts = []
+    for k, x in enumerate((c.re, c.im)):
+        s = x.operands[0] if x.op is Op.RESHAPE else None
+        if s is None or s.op is not Op.SLICE or s.operands[0].shape != c.shape + (2,) \
+                or s.attrs["starts"] != (0,) * len(c.shape) + (k,) or any(t != 1 for t in s.attrs["strides"]):
+            return pack(m, c)
+        parts.append(s.operands[0])
+    return parts[0] if parts[0] is parts[1] else pack(m, c)
+
+
 def constant(m: Module, value, dtype: dt.DType) -> Complex:
     value = np.asarray(value, dtype=dtype.numpy())
     return Complex(m.constant(value.real.copy(), dtype.part),   # copies: contiguous parts
