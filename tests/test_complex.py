@@ -85,6 +85,7 @@ UNARY = [
     ("add_n", lambda z: tf.add_n([z, z * 2, tf.math.conj(z)]), True),
     ("sqrt", tf.sqrt, True),
     ("exp", tf.exp, True),
+    ("expm1", tf.math.expm1, True),
     ("log", tf.math.log, True),
 ]
 
@@ -251,6 +252,21 @@ def test_elementwise_chain_is_one_kernel_and_edges_are_views():
     _check([out.view(np.complex64)[..., 0]], [z * w + tf.math.conj(z)], "c64", "interp")
 
 
+@pytest.mark.parametrize("d", sorted(DTYPES))
+def test_expm1_bit_for_bit_at_the_edges(d):
+    """Expm1 is Eigen's scalar formula over the C library's expm1 and sin, as TF's
+    kernel: bit for bit, including overflowing, tiny and huge parts."""
+    parts = [800.0, -800.0, 100.0, -100.0, 88.5, 1e-8, -1e-30, 3e5, 0.5, np.inf, np.nan, -0.0]
+    grid = np.array([(a, b) for a in parts for b in parts])
+    z = np.empty(len(grid), DTYPES[d])
+    z.real, z.imag = grid[:, 0], grid[:, 1]
+    got = tfjit.function(tf.math.expm1, jit_compile=True)(tf.constant(z)).numpy()
+    want = tf.math.expm1(tf.constant(z)).numpy()
+    g, w = (v.view(v.real.dtype) for v in (got, want))      # the parts, interleaved
+    assert np.array_equal(np.isnan(g), np.isnan(w))
+    assert np.nan_to_num(g).tobytes() == np.nan_to_num(w).tobytes()      # -0.0 kept
+
+
 @pytest.mark.parametrize("fn, reason", [
     (lambda z: tf.sin(z), "no tfjit lowering for 'Sin' on complex64 tensors"),
     (lambda z: tf.reduce_prod(z), "Prod of complex tensors"),
@@ -310,6 +326,7 @@ SPECIAL_OPS = {
     "sign": lambda x, y: tf.sign(x), "abs": lambda x, y: tf.abs(x),
     "angle": lambda x, y: tf.math.angle(x), "sqrt": lambda x, y: tf.sqrt(x),
     "exp": lambda x, y: tf.exp(x), "log": lambda x, y: tf.math.log(x),
+    "expm1": lambda x, y: tf.math.expm1(x),
 }
 
 

@@ -33,8 +33,8 @@ _MATH = {Op.EXP: "exp", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p", Op.
 # and so does mathlib: without DAZ the result is TF's bit for bit, denormals included
 _SCALAR_F64 = frozenset({Op.ASIN, Op.ACOS})
 # no DAZ on these operands: TF passes denormals to the C library too (tan(1e-40) is 1e-40)
-_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos", Op.TAN: "tan",
-         Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh"}
+_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos", Op.EXPM1_LIBM: "expm1",
+         Op.TAN: "tan", Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh"}
 _SHIFT = {Op.SHL: "shl", Op.SHR_LOGICAL: "lshr", Op.SHR_ARITH: "ashr"}
 _FINTRINSIC = {Op.SQRT: "sqrt", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND_EVEN: "roundeven",
                Op.ABS: "fabs"}

@@ -111,7 +111,7 @@ def refuse(fusions: list, t: Target) -> None:
                                       f"({_SPECIAL_WHY.get(i.op, _SERIES)}), which has no GPU version yet")
 
 
-_LIBM_ONLY = frozenset({Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
+_LIBM_ONLY = frozenset({Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH, Op.EXPM1_LIBM})
 _SERIES = "Eigen's series over the C library's lgamma, log, exp and pow"
 _APPROX = ("Eigen's code over the C library's log in f64, over x86's rcpps/rsqrtps "
            "approximations in f32")

@@ -526,6 +526,7 @@ _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
     Op.SHR_ARITH: _shift("arithmetic"),
     Op.LOG_LIBM: lambda x: interp_rng.libm("log", x), Op.SIN_LIBM: lambda x: interp_rng.libm("sin", x),
     Op.COS_LIBM: lambda x: interp_rng.libm("cos", x),
+    Op.EXPM1_LIBM: lambda x: interp_rng.libm("expm1", x),
     **{op: (lambda x, name=op.spelling: interp_rng.libm(name, x))
        for op in (Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH)},
 }

@@ -92,6 +92,7 @@ class Op(enum.Enum):
     LOG_LIBM = ("log-libm", Kind.ELEMENTWISE, 1)
     SIN_LIBM = ("sin-libm", Kind.ELEMENTWISE, 1)
     COS_LIBM = ("cos-libm", Kind.ELEMENTWISE, 1)
+    EXPM1_LIBM = ("expm1-libm", Kind.ELEMENTWISE, 1)   # Eigen's complex expm1 calls expm1f/expm1
     # TF's kernels for these call the C library on every element (Eigen has no vector
     # version), so tfjit calls it too: bit-identical, scalar, CPU only
     TAN = ("tan", Kind.ELEMENTWISE, 1)
@@ -219,7 +220,8 @@ FFT_TYPES = ("fft", "ifft", "rfft", "irfft")
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
-LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
+LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.EXPM1_LIBM,
+                  Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
 SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA, Op.LGAMMA, Op.DIGAMMA,
                      Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)

@@ -13,7 +13,7 @@ movement, which fusion keeps inside the kernels that compute the values.
 Ops whose complex form is their real form on both parts (data movement, and ops linear
 in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest
 are ``register_complex`` rules below.  An op without either is refused ("no tfjit
-lowering for 'X' on complex64 tensors"): Sin, Cos, Tanh, Log1p, Expm1, the inverse and
+lowering for 'X' on complex64 tensors"): Sin, Cos, Tanh, Log1p, the inverse and
 hyperbolic functions, Prod, Cumprod, segment products, complex -> bool casts, and Pow and
 Rsqrt, whose TF kernels (the C library's cpow, a scalar 1 / sqrt) give zeros and
 infinities signs that exp(y log x) and Eigen's vectorised division do not reproduce.
@@ -212,6 +212,7 @@ register_complex("Angle")(lambda ctx: ctx.m.elementwise(Op.ATAN2, _c(ctx, 0).im,
 register_complex("Sign")(lambda ctx: cm.sign(ctx.m, _c(ctx, 0)))
 register_complex("Sqrt")(lambda ctx: cm.sqrt(ctx.m, _c(ctx, 0)))
 register_complex("Exp")(lambda ctx: cm.exp(ctx.m, _c(ctx, 0)))
+register_complex("Expm1")(lambda ctx: cm.expm1(ctx.m, _c(ctx, 0)))
 register_complex("Log")(lambda ctx: cm.log(ctx.m, _c(ctx, 0)))
 
 
