@@ -38,7 +38,7 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
-from tfjit.ir.ops import CONV_BACKPROPS, SOLVER_ATTRS, Op
+from tfjit.ir.ops import COMPLEX_LIBM, CONV_BACKPROPS, SOLVER_ATTRS, Op
 
 
 class IntegerDivisionByZero(ValueError):
@@ -527,6 +527,8 @@ _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
     Op.LOG_LIBM: lambda x: interp_rng.libm("log", x), Op.SIN_LIBM: lambda x: interp_rng.libm("sin", x),
     Op.COS_LIBM: lambda x: interp_rng.libm("cos", x),
     Op.EXPM1_LIBM: lambda x: interp_rng.libm("expm1", x),
+    **{op: (lambda name, part: lambda x, y: interp_rng.complex_libm(name, part, x, y))(*fp)
+       for op, fp in COMPLEX_LIBM.items()},
     **{op: (lambda x, name=op.spelling: interp_rng.libm(name, x))
        for op in (Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH)},
 }

@@ -93,6 +93,18 @@ class Op(enum.Enum):
     SIN_LIBM = ("sin-libm", Kind.ELEMENTWISE, 1)
     COS_LIBM = ("cos-libm", Kind.ELEMENTWISE, 1)
     EXPM1_LIBM = ("expm1-libm", Kind.ELEMENTWISE, 1)   # Eigen's complex expm1 calls expm1f/expm1
+    # one part of the C library's complex function of (re, im) (csinf/csin ...: TF's
+    # complex kernels for these call it per element); ops.COMPLEX_LIBM names them
+    CSIN_RE = ("csin-re", Kind.ELEMENTWISE, 2)
+    CSIN_IM = ("csin-im", Kind.ELEMENTWISE, 2)
+    CCOS_RE = ("ccos-re", Kind.ELEMENTWISE, 2)
+    CCOS_IM = ("ccos-im", Kind.ELEMENTWISE, 2)
+    CSINH_RE = ("csinh-re", Kind.ELEMENTWISE, 2)
+    CSINH_IM = ("csinh-im", Kind.ELEMENTWISE, 2)
+    CCOSH_RE = ("ccosh-re", Kind.ELEMENTWISE, 2)
+    CCOSH_IM = ("ccosh-im", Kind.ELEMENTWISE, 2)
+    CTANH_RE = ("ctanh-re", Kind.ELEMENTWISE, 2)
+    CTANH_IM = ("ctanh-im", Kind.ELEMENTWISE, 2)
     # TF's kernels for these call the C library on every element (Eigen has no vector
     # version), so tfjit calls it too: bit-identical, scalar, CPU only
     TAN = ("tan", Kind.ELEMENTWISE, 1)
@@ -222,6 +234,11 @@ COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
 LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.EXPM1_LIBM,
                   Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
+# the complex C library ops: op -> (function, part: 0 real, 1 imaginary)
+COMPLEX_LIBM = {op: (op.spelling[1:].split("-")[0], int(op.spelling.endswith("-im")))
+                for op in (Op.CSIN_RE, Op.CSIN_IM, Op.CCOS_RE, Op.CCOS_IM, Op.CSINH_RE, Op.CSINH_IM,
+                           Op.CCOSH_RE, Op.CCOSH_IM, Op.CTANH_RE, Op.CTANH_IM)}
+LIBM = LIBM | frozenset(COMPLEX_LIBM)
 SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA, Op.LGAMMA, Op.DIGAMMA,
                      Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)
