@@ -91,6 +91,13 @@ UNARY = [
     ("sinh", tf.sinh, True),
     ("cosh", tf.cosh, True),
     ("tanh", tf.tanh, True),
+    ("tan", tf.tan, True),
+    ("asin", tf.asin, True),
+    ("acos", tf.acos, True),
+    ("atan", tf.atan, True),
+    ("asinh", tf.asinh, True),
+    ("acosh", tf.acosh, True),
+    ("atanh", tf.atanh, True),
     ("log", tf.math.log, True),
 ]
 
@@ -258,13 +265,15 @@ def test_elementwise_chain_is_one_kernel_and_edges_are_views():
 
 
 EDGE_OPS = {"expm1": tf.math.expm1, "sin": tf.sin, "cos": tf.cos, "sinh": tf.sinh, "cosh": tf.cosh,
-            "tanh": tf.tanh}
+            "tanh": tf.tanh, "tan": tf.tan, "asin": tf.asin, "acos": tf.acos, "atan": tf.atan,
+            "asinh": tf.asinh, "acosh": tf.acosh, "atanh": tf.atanh}
 
 
 @pytest.mark.parametrize("d", sorted(DTYPES))
 def test_libm_formulas_bit_for_bit_at_the_edges(d):
-    """Expm1 (Eigen's scalar formula over the C library's expm1 and sin) and Sin, Cos,
-    Sinh, Cosh, Tanh (the C library's csin ... per element), as TF's kernels: bit for
+    """Expm1 (Eigen's scalar formula over the C library's expm1 and sin) and the
+    trigonometric and hyperbolic functions and their inverses (the C library's csin ...
+    per element), as TF's kernels: bit for
     bit, overflowing, tiny, huge and denormal parts included; the interpreter (the same
     C functions through ctypes) agrees on the module."""
     parts = [800.0, -800.0, 100.0, -100.0, 88.5, 1e-8, -1e-30, 3e5, 0.5, np.inf, np.nan, -0.0, 1e-40]
@@ -288,7 +297,6 @@ def test_libm_formulas_bit_for_bit_at_the_edges(d):
 
 @pytest.mark.parametrize("fn, reason", [
     (lambda z: tf.math.log1p(z), "no tfjit lowering for 'Log1p' on complex64 tensors"),
-    (lambda z: tf.tan(z), "no tfjit lowering for 'Tan' on complex64 tensors"),
     (lambda z: tf.reduce_prod(z), "Prod of complex tensors"),
     (lambda z: tf.cast(z, tf.bool), "Cast from complex to bool"),
     (lambda z: tf.pow(z, z), "no tfjit lowering for 'Pow' on complex64 tensors"),
@@ -348,7 +356,9 @@ SPECIAL_OPS = {
     "exp": lambda x, y: tf.exp(x), "log": lambda x, y: tf.math.log(x),
     "expm1": lambda x, y: tf.math.expm1(x), "sin": lambda x, y: tf.sin(x),
     "cos": lambda x, y: tf.cos(x), "sinh": lambda x, y: tf.sinh(x), "cosh": lambda x, y: tf.cosh(x),
-    "tanh": lambda x, y: tf.tanh(x),
+    "tanh": lambda x, y: tf.tanh(x), "tan": lambda x, y: tf.tan(x), "asin": lambda x, y: tf.asin(x),
+    "acos": lambda x, y: tf.acos(x), "atan": lambda x, y: tf.atan(x), "asinh": lambda x, y: tf.asinh(x),
+    "acosh": lambda x, y: tf.acosh(x), "atanh": lambda x, y: tf.atanh(x),
 }
 
 

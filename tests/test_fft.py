@@ -205,3 +205,20 @@ def test_the_host_runner_fails_an_fft_with_the_reason():
     with pytest.raises(ValueError, match="TensorFlow's FFT kernel failed .*node .*runs under "
                                          "TfjitLaunch only: tfjit's host runner has no FFT"):
         host.run_compiled(compiled, [z.numpy()])
+
+
+def test_gradients_through_ffts():
+    """TF's gradients of RFFT, FFT2D and IRFFT are FFTs too: the whole step compiles,
+    the FFTs bit for bit (the gradient here), the sum within tolerance."""
+    x = tf.constant(np.random.default_rng(6).standard_normal((3, 16)))
+
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            s = tf.signal.rfft(tf.cast(x, tf.float32), [16])
+            z = tf.signal.fft2d(s * s)
+            y = tf.reduce_sum(tf.abs(tf.signal.irfft(z, [16])))
+        return y, tape.gradient(y, x)
+    (y, dx), (y_tf, dx_tf) = tfjit.function(fn, jit_compile=True)(x), tf.function(fn)(x)
+    assert_matches(y.numpy(), y_tf.numpy(), what="sum")
+    _assert_same_bits([dx], [dx_tf], "gradient")

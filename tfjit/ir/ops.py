@@ -105,6 +105,20 @@ class Op(enum.Enum):
     CCOSH_IM = ("ccosh-im", Kind.ELEMENTWISE, 2)
     CTANH_RE = ("ctanh-re", Kind.ELEMENTWISE, 2)
     CTANH_IM = ("ctanh-im", Kind.ELEMENTWISE, 2)
+    CTAN_RE = ("ctan-re", Kind.ELEMENTWISE, 2)
+    CTAN_IM = ("ctan-im", Kind.ELEMENTWISE, 2)
+    CASIN_RE = ("casin-re", Kind.ELEMENTWISE, 2)
+    CASIN_IM = ("casin-im", Kind.ELEMENTWISE, 2)
+    CACOS_RE = ("cacos-re", Kind.ELEMENTWISE, 2)
+    CACOS_IM = ("cacos-im", Kind.ELEMENTWISE, 2)
+    CATAN_RE = ("catan-re", Kind.ELEMENTWISE, 2)
+    CATAN_IM = ("catan-im", Kind.ELEMENTWISE, 2)
+    CASINH_RE = ("casinh-re", Kind.ELEMENTWISE, 2)
+    CASINH_IM = ("casinh-im", Kind.ELEMENTWISE, 2)
+    CACOSH_RE = ("cacosh-re", Kind.ELEMENTWISE, 2)
+    CACOSH_IM = ("cacosh-im", Kind.ELEMENTWISE, 2)
+    CATANH_RE = ("catanh-re", Kind.ELEMENTWISE, 2)
+    CATANH_IM = ("catanh-im", Kind.ELEMENTWISE, 2)
     # TF's kernels for these call the C library on every element (Eigen has no vector
     # version), so tfjit calls it too: bit-identical, scalar, CPU only
     TAN = ("tan", Kind.ELEMENTWISE, 1)
@@ -236,8 +250,7 @@ LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.EXPM1_LIBM,
                   Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
 # the complex C library ops: op -> (function, part: 0 real, 1 imaginary)
 COMPLEX_LIBM = {op: (op.spelling[1:].split("-")[0], int(op.spelling.endswith("-im")))
-                for op in (Op.CSIN_RE, Op.CSIN_IM, Op.CCOS_RE, Op.CCOS_IM, Op.CSINH_RE, Op.CSINH_IM,
-                           Op.CCOSH_RE, Op.CCOSH_IM, Op.CTANH_RE, Op.CTANH_IM)}
+                for op in Op if op.spelling.endswith(("-re", "-im")) and op.arity == 2}
 LIBM = LIBM | frozenset(COMPLEX_LIBM)
 SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA, Op.LGAMMA, Op.DIGAMMA,
                      Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})

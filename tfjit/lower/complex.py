@@ -13,9 +13,10 @@ movement, which fusion keeps inside the kernels that compute the values.
 Ops whose complex form is their real form on both parts (data movement, and ops linear
 in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest
 are ``register_complex`` rules below.  An op without either is refused ("no tfjit
-lowering for 'X' on complex64 tensors"): Log1p, Tan, the inverse functions, Prod,
-Cumprod, segment products, complex -> bool casts, and Pow and Rsqrt, whose TF kernels (the C library's cpow, a scalar 1 / sqrt) give zeros and
-infinities signs that exp(y log x) and Eigen's vectorised division do not reproduce.
+lowering for 'X' on complex64 tensors"): Log1p, Prod, Cumprod, segment products,
+complex -> bool casts, and Pow and Rsqrt, whose TF kernels (the C library's cpow, a
+scalar 1 / sqrt) give zeros and infinities signs that exp(y log x) and Eigen's
+vectorised division do not reproduce.
 """
 from __future__ import annotations
 
@@ -214,10 +215,11 @@ register_complex("Exp")(lambda ctx: cm.exp(ctx.m, _c(ctx, 0)))
 register_complex("Expm1")(lambda ctx: cm.expm1(ctx.m, _c(ctx, 0)))
 
 
-@register_complex("Sin", "Cos", "Sinh", "Cosh", "Tanh")
+@register_complex("Sin", "Cos", "Tan", "Sinh", "Cosh", "Tanh", "Asin", "Acos", "Atan", "Asinh",
+                  "Acosh", "Atanh")
 def _complex_libm(ctx):
-    """TF's kernels call the C library's csin, ccos, csinh, ccosh, ctanh (std::sin of a
-    std::complex ...; Eigen has no vector form): so does the compiled code, per element
+    """TF's kernels call the C library's csin, ccos, ctan, csinh, ..., catanh (std::sin
+    of a std::complex ...; Eigen has no vector form): so does the compiled code, per element
     (ir: the csin-re/csin-im ... ops), so every result, special values included, is TF's."""
     z = _c(ctx, 0)
     re, im = (Op.from_spelling(f"c{ctx.node.op.lower()}-{part}") for part in ("re", "im"))
