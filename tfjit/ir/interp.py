@@ -22,7 +22,7 @@ corners where plain numpy differs:
 * Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
   BITCAST reinterprets bits; the ``-libm`` ops, TRUNCATED_NORMAL (interp_rng.py) and
   igamma/betainc/zeta/lgamma/... (Eigen's code, interp_special*.py) call the C library as TF does.
-* The runtime-library ops (dot, convolutions, QR) are numpy's (interp_linalg.py).
+* The runtime-library ops (dot, convolutions, QR, the solvers, the FFTs) are numpy's (interp_linalg.py).
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the vector path, TF's for almost every element of a real

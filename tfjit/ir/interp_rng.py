@@ -2,7 +2,8 @@
 
 * ``libm(name, x)``: the C library's logf/log, sinf/sin, cosf/cos on every
   element (through ctypes: the very functions TF's kernels and tfjit's compiled
-  code call, so the three agree bit for bit).
+  code call, so the three agree bit for bit); ``complex_libm``: one part of the C
+  library's csinf/csin ... (TF's complex sin, cos, tanh ... kernels) the same way.
 * ``truncated_normal``: TF's TruncatedNormalDistribution over the Philox
   stream (see ``Op.TRUNCATED_NORMAL``), vectorised over elements and looping
   over trials until every element has found its sample.

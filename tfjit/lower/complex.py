@@ -13,10 +13,12 @@ movement, which fusion keeps inside the kernels that compute the values.
 Ops whose complex form is their real form on both parts (data movement, and ops linear
 in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest
 are ``register_complex`` rules below.  An op without either is refused ("no tfjit
-lowering for 'X' on complex64 tensors"): Log1p, Prod, Cumprod, segment products,
-complex -> bool casts, and Pow and Rsqrt, whose TF kernels (the C library's cpow, a
-scalar 1 / sqrt) give zeros and infinities signs that exp(y log x) and Eigen's
-vectorised division do not reproduce.
+lowering for 'X' on complex64 tensors"): Prod, Cumprod, segment products (the IR
+reduces real values only), complex -> bool casts, Log1p (Eigen's scalar log1p divides
+and multiplies with C99's recovery, compiler-rt's __divsc3/__mulsc3, after the C
+library's atan2: not reproduced yet), and Pow and Rsqrt, whose TF kernels (the C
+library's cpow, a scalar 1 / sqrt) give zeros and infinities signs that exp(y log x)
+and Eigen's vectorised division do not reproduce.
 """
 from __future__ import annotations
 
