@@ -64,14 +64,15 @@ def session_auto_mode(tfjit):
         setattr(tfjit.config.flags(), f.name, getattr(saved, f.name))
 
 
-AXES_FED = ([0], [1], [-1], [0, 1], [0, 0], [1, -1], [-2, 1, 0])
+AXES_FED = ([0], [1], [-1], [0, 1], [0, 0], [1, -1], [-2, 1, 0], [2], [-3], [0, -33])
 
 
 @pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_all"])
 def test_reduction_axes_fed_at_run_time(tf, tfjit, session_auto_mode, op):
     """Axes fed to a Session at run time are compiled per value (constant arguments):
-    valid ones give TF's result, one dimension named twice TF's InvalidArgumentError
-    (tfjit refuses that value and the launch runs TF's kernel, which raises)."""
+    valid ones give TF's result; one dimension named twice, or an axis out of range,
+    TF's InvalidArgumentError in TF's words, raised by the launch op itself (as XLA
+    does), not by TF's kernel run as a fallback."""
     from tfjit.api.service import SERVICE
     dtype, value = ((tf.bool, np.arange(6).reshape(2, 3) % 4 == 1) if op == "reduce_all" else
                     (tf.float32, np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5))
@@ -89,17 +90,72 @@ def test_reduction_axes_fed_at_run_time(tf, tfjit, session_auto_mode, op):
                 try:
                     out.append(sess.run(y, {x: value, axes: a}))
                 except tf.errors.InvalidArgumentError as e:   # the kernel's words
-                    out.append(re.search(r"Invalid reduction arguments: .*?\d+", e.message)[0])
+                    out.append(re.search(r"Invalid reduction (dimension \(-?\d+ for input "
+                                         r"with \d+|arguments: .*?\d+)", e.message)[0])
         return out
 
     want, got = run(-1), run(2)
     (spec,) = [s for r in session_auto_mode.recent for s in r.specs]
     assert len(SERVICE.variants[spec.key]) == 4          # the four valid values compiled
+    assert SERVICE.fallbacks[spec.key] == 0              # and tfjit raised the errors
     for a, w, v in zip(AXES_FED, want, got):
         if isinstance(w, str):
-            assert "Axes contains duplicate dimension" in w and v == w, (a, w, v)
+            assert ("Axes contains duplicate dimension" in w
+                    or "Invalid reduction dimension" in w) and v == w, (a, w, v)
         else:
             np.testing.assert_array_equal(v, w, err_msg=str(a))
+
+
+# Ops whose operands TF's kernel refuses, in Session graphs as TF's XLA op tests build
+# them: (case, build(tf) -> (output, {placeholder: value}), TF's words).
+SESSION_ERRORS = [
+    ("broadcast-args", lambda tf: _fed(tf, lambda a, b: tf.raw_ops.BroadcastArgs(s0=a, s1=b),
+                                       [np.int32([2, 3, 5]), np.int32([2, 3, 4])]),
+     "Incompatible shapes: [2,3,5] vs. [2,3,4]"),
+    # scan_ops_test: an axis that is a vector was compiled as its one element
+    ("cumsum-axis-vector", lambda tf: _fed(tf, lambda x: tf.cumsum(x, [0]),
+                                           [np.ones((2, 5), np.float32)]),
+     "ScanOp: axis must be a scalar, not [1]"),
+    ("cumprod-axis-vector", lambda tf: _fed(tf, lambda x: tf.math.cumprod(x, [1]),
+                                            [np.ones((2, 5), np.float32)]),
+     "ScanOp: axis must be a scalar, not [1]"),
+    ("logsumexp-axis-vector", lambda tf: _fed(tf, lambda x: tf.math.cumulative_logsumexp(x, [1]),
+                                              [np.ones((2, 5), np.float32)]),
+     "ScanOp: axis must be a scalar, not [1]"),
+    ("cumsum-axis-2", lambda tf: _fed(tf, lambda x: tf.cumsum(x, 2), [np.ones((2, 5), np.float32)]),
+     "Expected scan axis in the range [-2, 2), but got 2"),
+    ("sum-axis-2", lambda tf: _fed(tf, lambda x, a: tf.reduce_sum(x, a),
+                                   [np.ones((2, 3), np.float32), np.int64([2])]),
+     "Invalid reduction dimension (2 for input with 2 dimension(s)"),
+]
+
+
+def _fed(tf, fn, values):
+    """fn of one placeholder per value; the output and its feed dict."""
+    xs = [tf.compat.v1.placeholder(tf.as_dtype(v.dtype), v.shape) for v in values]
+    return fn(*xs), dict(zip(xs, values))
+
+
+@pytest.mark.parametrize("case", SESSION_ERRORS, ids=[c[0] for c in SESSION_ERRORS])
+def test_session_errors_are_raised_by_tfjit(tf, tfjit, session_auto_mode, case):
+    """Auto mode raises TF's InvalidArgumentError, in TF's words, from the launch op
+    itself (as XLA does): no cluster falls back to TF's kernel to raise it."""
+    from tfjit.api.service import SERVICE
+    _, build, words = case
+    g = tf.Graph()
+    with g.as_default():
+        y, feed = build(tf)
+    messages = []
+    for auto_jit in (-1, 2):
+        tfjit.config.set_flags(tfjit_auto_jit=auto_jit)
+        with tf.compat.v1.Session(graph=g) as sess:
+            with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                sess.run(y, feed)
+        messages.append(e.value.message)
+    assert words in messages[0], messages[0]
+    assert words in messages[1], messages[1]
+    specs = [s for r in session_auto_mode.recent for s in r.specs]
+    assert specs and all(SERVICE.fallbacks[s.key] == 0 for s in specs)
 
 
 def _frozen_graph_fn(tf):

@@ -90,6 +90,13 @@ CASES = [
     Case("MatMul-vector", tf.matmul, ((1, 9), (9, 1))),
     Case("MatMul-bias-relu", lambda a, b: tf.nn.relu(tf.matmul(a, b) + 0.25), ((33, 17), (17, 9))),
     Case("MatMul-grads", _grads(tf.matmul), ((6, 5), (5, 4))),
+    # SparseMatMul: MatMul into f32 (bfloat16 operands widened); the hints pick TF's algorithm
+    Case("SparseMatMul", lambda a, b: R.SparseMatMul(a=a, b=b), ((7, 5), (5, 3)), ("f32", "bf16")),
+    Case("SparseMatMul-hints", lambda a, b: R.SparseMatMul(
+        a=a, b=b, transpose_a=True, a_is_sparse=True, b_is_sparse=True), ((5, 7), (5, 3)),
+         ("f32", "bf16"), special=True),
+    Case("SparseMatMul-transpose_b", lambda a, b: R.SparseMatMul(
+        a=a, b=b, transpose_b=True, b_is_sparse=True), ((6, 4), (3, 4)), ("f32",)),
     Case("BatchMatMul", tf.matmul, ((3, 4, 5), (3, 5, 2)), ("f32", "f64", "bf16")),
     Case("BatchMatMul-broadcast", tf.matmul, ((2, 3, 4, 5), (5, 6))),
     Case("BatchMatMul-broadcast-batch", tf.matmul, ((2, 1, 4, 5), (1, 3, 5, 6))),
@@ -133,6 +140,13 @@ CASES += [
     Case("Depthwise-grads-multiplier", _grads(_depthwise(2, "SAME")), ((1, 7, 7, 3), (3, 3, 3, 2)),
          scale=10),
     Case("Depthwise-5x5", _depthwise(1, "SAME"), ((1, 8, 8, 4), (5, 5, 4, 1))),
+    # multiplier 1 (every Keras application's): a [n, ho, wo, c] kernel along channels
+    Case("Depthwise-m1-stride2-prime-channels", _depthwise(2, "SAME"), ((2, 9, 8, 13), (3, 3, 13, 1)),
+         ("f32", "f64", "f16", "bf16")),
+    Case("Depthwise-m1-valid-wide", _depthwise(1, "VALID"), ((1, 6, 6, 728), (3, 3, 728, 1)), scale=2),
+    Case("Depthwise-m1-one-channel-dilated", _depthwise(1, "SAME", 2), ((2, 7, 9, 1), (3, 3, 1, 1)),
+         reference=_tf_depthwise(1, "SAME", 2)),
+    Case("Depthwise-m1-1x1-input", _depthwise(1, "SAME"), ((3, 1, 1, 17), (3, 3, 17, 1))),
     # the gradients' library calls: 1x1 filters, deep and shallow inputs (TF's default and
     # oneDNN kernels), odd sizes under stride 2, padding wider than the window
     Case("Conv2D-grads-1x1", _grads(_conv(1, "VALID")), ((2, 5, 6, 8), (1, 1, 8, 3)), scale=10),
@@ -267,6 +281,26 @@ def test_host_runner_runs_the_eigen_code(case):
     for k, (g, w, r) in enumerate(zip(got, want, reference)):
         assert_matches(g, w, rtol=1e-4 * c.scale, atol=1e-4 * c.scale, what=f"{case} output {k}")
         assert_matches(r, w, rtol=1e-4 * c.scale, atol=1e-4 * c.scale, what=f"{case} interp {k}")
+
+
+@pytest.mark.parametrize("mult", [1, 3])
+def test_separable_convolutions_depthwise_kernel_runs_along_channels(rng, mult):
+    # Keras's SeparableConv2D: the depthwise sum feeds a 1x1 convolution (a library call,
+    # which reads it from memory).  The loop kernel's rows end in the output channels
+    # (vectorised along them): with multiplier 1 the taps' sum is [n, ho, wo, c] itself
+    # (as [n, ho, wo, c, 1], read in place through the reshape, each row was one scalar
+    # element: Xception ran at 0.56x TF graph); with more it is [n, ho, wo, c, mult].
+    x = tf.constant(rng.standard_normal((2, 6, 6, 40), dtype=np.float32))
+    w = tf.constant(rng.standard_normal((3, 3, 40, mult), dtype=np.float32))
+    p = tf.constant(rng.standard_normal((1, 1, 40 * mult, 8), dtype=np.float32))
+
+    def separable(x, w, p):
+        return tf.nn.conv2d(_depthwise(1, "SAME")(x, w), p, 1, "VALID")
+    f = tfjit.function(separable)
+    assert_matches(f(x, w, p).numpy(), tf.function(separable)(x, w, p).numpy(),
+                   rtol=1e-4, atol=1e-4)
+    (loop,) = [fu for fu in f.compiled(x, w, p).fusions if fu.kind == "loop"]
+    assert tuple(loop.shape) == ((2, 6, 6, 40) if mult == 1 else (2, 6, 6, 40, mult)), loop.shape
 
 
 def test_gradients_are_library_calls_that_name_their_kernel(rng):

@@ -724,6 +724,9 @@ def movement_cases() -> list:
             "[2,0,1]": R.Transpose(x=x, perm=[2, 0, 1]), "[1,0,2]": R.Transpose(x=x, perm=[1, 0, 2]),
             "[0,1,2]": R.Transpose(x=x, perm=[0, 1, 2]), "empty": R.Transpose(x=e, perm=[1, 0]),
             "row": R.Transpose(x=r, perm=[1, 0])}),
+        "ConjugateTranspose": ([big, empty], lambda x, e: {   # of a real tensor: Transpose
+            "[2,0,1]": R.ConjugateTranspose(x=x, perm=[2, 0, 1]),
+            "empty": R.ConjugateTranspose(x=e, perm=[1, 0])}),
         "BroadcastTo": ([(3, 1), scalar, row, (5,)], lambda a, s, r, v: {
             "[3,1]->[2,3,4]": R.BroadcastTo(input=a, shape=[2, 3, 4]), "scalar": R.BroadcastTo(input=s, shape=[2, 2]),
             "row->[0,5]": R.BroadcastTo(input=r, shape=[0, 5]), "[5]->[3,5]": R.BroadcastTo(input=v, shape=[3, 5]),

@@ -61,11 +61,16 @@ def domain_cases() -> list:
 
 def other_cases() -> list:
     cases = []
-    for d in ("f32", "f64", "i32", "i64", "u8"):
+    for d in ("f32", "f64", "f16", "bf16", "i32", "i64", "u8"):
         like = lambda shape, d=d: (lambda rng: sample(d, shape, rng))
         cases.append(_case("Cross", d, "shapes", lambda a, b, c, e, f, g: [
             R.Cross(a=a, b=b), R.Cross(a=c, b=e), R.Cross(a=f, b=g)],
             like((3,)), like((3,)), like((2, 4, 3)), like((2, 4, 3)), like((0, 3)), like((0, 3))))
+    for d in HALF:     # each product rounded to half, as TF's Eigen arithmetic: exact
+        a = lambda rng, d=d: sample(d, (400, 3), np.random.default_rng(7))
+        near = lambda rng, d=d, a=a: (a(rng).astype(np.float32) * 1.001).astype(NP_DTYPES[d])
+        cases.append(_case("Cross", d, "cancelling", lambda a, b: R.Cross(a=a, b=b), a, near,
+                           tol=(0, 0)))
     for d in ("f32", "f64", "bf16", "i32", "i64"):
         x = (lambda rng, d=d: sample(d, (3, 4, 5), rng, ramp(d))) if d[0] != "i" else \
             (lambda rng, d=d: sample(d, (3, 4, 5), rng, specials(d)))        # squares and sums wrap

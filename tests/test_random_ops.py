@@ -244,7 +244,8 @@ def _pairs(d: str) -> tuple:
 
 def _bitwise_fn(x, y):
     return {op: getattr(R, op)(x=x, y=y) for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "LeftShift",
-                                                   "RightShift")} | {"Invert": R.Invert(x=x)}
+                                                   "RightShift")} | {"Invert": R.Invert(x=x),
+                                                                      "PopulationCount": R.PopulationCount(x=x)}
 
 
 @pytest.mark.parametrize("d", BIT_DTYPES)
@@ -299,10 +300,26 @@ def test_bitcast_same_width_matches_tf(src, dst):
         assert_bits_equal(g.numpy(), w.numpy(), f"Bitcast {src} -> {dst} folded {k}")
 
 
-def test_bitcast_of_another_width_is_refused():
-    fn = lambda t: R.Bitcast(input=t, type=tf.int16)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="same-width"):
-        tfjit.function(fn, jit_compile=True)(tf.constant([1.0, 2.0]))
+# (source, target, shape): narrowing adds a last dimension of the pieces, widening
+# joins the last dimension (TF's memory order); every width pair, special bit patterns
+_WIDTH_CASES = [("float32", "int8", (11,)), ("float32", "uint16", (11,)), ("float64", "int32", (10,)),
+                ("float64", "float16", (10,)), ("int64", "uint8", (2, 5)), ("uint32", "bfloat16", (11,)),
+                ("int8", "float32", (5, 4)), ("uint8", "int64", (8,)), ("int16", "float64", (3, 4)),
+                ("float16", "uint32", (4, 2)), ("int32", "float64", (5, 2)), ("uint16", "int32", (1, 2))]
+
+
+@pytest.mark.parametrize("src, dst, shape", _WIDTH_CASES, ids=[f"{a}-{b}" for a, b, _ in _WIDTH_CASES])
+def test_bitcast_of_another_width_matches_tf(src, dst, shape):
+    bits = _np(src).itemsize * 8
+    pool = np.array(_SPECIAL_BITS[bits] + list(range(2, 40, 3)), f"u{bits // 8}")
+    x = np.resize(pool, shape).view(_np(src))
+    fn = lambda t: R.Bitcast(input=t, type=getattr(tf, dst))
+    arg = tf.constant(x)
+    assert_bits_equal(tfjit.function(fn, jit_compile=True)(arg).numpy(), tf.function(fn)(arg).numpy(),
+                      f"Bitcast {src} -> {dst}")
+    folded = lambda: fn(tf.constant(x))
+    assert_bits_equal(tfjit.function(folded, jit_compile=True)().numpy(), tf.function(folded)().numpy(),
+                      f"Bitcast {src} -> {dst} folded")
 
 
 # -------------------------------------------------- interpreter vs codegen, text

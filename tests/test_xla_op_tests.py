@@ -1,6 +1,6 @@
 """tools/xla_op_tests.py on a tiny test file of its own (not TF's): the stand-in
 harness gives what XLATestCase gives, and each test's record says whether it passed
-and where it ran (tfjit kernels, partly, or TF only)."""
+and where it ran (tfjit kernels or tfjit's raised error, partly, TF only, or no graph)."""
 import json
 import os
 import subprocess
@@ -11,7 +11,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = '''
 import numpy as np
 from tensorflow.compiler.tests import xla_test
-from tensorflow.python.framework import dtypes
+from tensorflow.python.framework import dtypes, errors
 from tensorflow.python.ops import array_ops, math_ops
 from tensorflow.python.platform import googletest
 
@@ -38,6 +38,19 @@ class TinyTest(xla_test.XLATestCase):
     x = np.array([3, 1, 3], np.int32)
     self.assertAllEqual(self._run(lambda a: array_ops.unique(a)[0], x), [3, 1])
 
+  def testRaised(self):
+    x = np.ones([2, 3], np.float32)
+    with self.session() as sess, self.test_scope():
+      p, axis = array_ops.placeholder(dtypes.float32), array_ops.placeholder(dtypes.int32)
+      y = math_ops.reduce_sum(p, axis)
+      self.assertAllClose(sess.run(y, {p: x, axis: [1]}), [3.0, 3.0])
+      with self.assertRaisesRegex(errors.InvalidArgumentError, "Invalid reduction dim"):
+        sess.run(y, {p: x, axis: [2]})
+
+  def testNoGraph(self):
+    for dtype in self.float_types & {np.float16}:    # core types: empty, runs nothing
+      self._run(math_ops.exp, np.ones([1], dtype))
+
   def testWrong(self):
     x = np.array([1.0], np.float32)
     self.assertAllClose(self._run(math_ops.exp, x), [2.0])
@@ -59,7 +72,7 @@ def test_runner_records_status_and_where_each_test_ran(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = {r["test"]: r for r in json.loads(out.read_text())["records"]}
     assert set(records) == {f"TinyTest.test{n}" for n in ("Types", "Compiled", "InTensorFlow",
-                                                          "Wrong")}
+                                                          "Raised", "NoGraph", "Wrong")}
     assert records["TinyTest.testTypes"]["status"] == "pass"
     compiled = records["TinyTest.testCompiled"]
     assert compiled["status"] == "pass" and compiled["where"] == "tfjit", compiled
@@ -67,6 +80,11 @@ def test_runner_records_status_and_where_each_test_ran(tmp_path):
     in_tf = records["TinyTest.testInTensorFlow"]
     assert in_tf["status"] == "pass" and in_tf["where"] == "tf", in_tf
     assert any(k.startswith("Unique") for k in in_tf["refused"]), in_tf
+    raised = records["TinyTest.testRaised"]      # tfjit raised TF's error itself
+    assert raised["status"] == "pass" and raised["where"] == "tfjit", raised
+    assert raised["raised"] == 1 and not raised["fallbacks"], raised
+    nothing = records["TinyTest.testNoGraph"]
+    assert nothing["status"] == "pass" and nothing["where"] == "none", nothing
     wrong = records["TinyTest.testWrong"]
     assert wrong["status"] == "fail" and wrong["where"] == "tfjit"
     assert wrong["why"].startswith("AssertionError"), wrong

@@ -3,6 +3,10 @@
     python tools/xla_op_tests.py --tests-dir ~/src/tensorflow/tensorflow/compiler/tests \\
         unary_ops_test binary_ops_test --json /tmp/xla.json
 
+``--files-from LIST`` reads more file names from LIST (one or more a line, ``#``
+comments), e.g. ``tools/xla_op_tests_files.txt``, the files chosen for the 2026-12-04
+runs.  ``--logs DIR`` keeps each file's output and records as the file ends.
+
 Where the tests come from: ``tensorflow/compiler/tests/*_test.py`` in the TensorFlow
 repository (https://github.com/tensorflow/tensorflow, Apache-2.0), the op tests
 TF's XLA runs on its ``XLA_CPU`` device.  They are not part of tfjit: check out (or
@@ -29,17 +33,24 @@ each op under test is a cluster of its own, as XLA compiles it.
 Each file runs in a subprocess of its own (``--timeout`` seconds) through unittest;
 each test is recorded as pass / fail / error / skip / timeout, with where it ran:
 
-* ``tfjit``: every launch compiled and ran tfjit's kernels, and no op of the test's
-  graphs was left to TF;
+* ``tfjit``: every launch compiled and ran tfjit's kernels, or raised the op's error
+  itself (an operand TF's kernel refuses, e.g. a reduction axis out of range: tfjit
+  raises TF's InvalidArgumentError, as XLA does), and no op of the test's graphs was
+  left to TF;
 * ``partial``: some launch ran tfjit's kernels, but some cluster fell back to TF or
   some op was refused;
-* ``tf``: no tfjit kernel ran (nothing clustered, or every cluster fell back).
+* ``tf``: no tfjit kernel ran and tfjit raised no error (nothing clustered, or every
+  cluster fell back);
+* ``none``: no graph reached the clustering pass: the test ran ops eagerly, raised
+  its expected error while building the graph (TF's shape inference), or ran
+  nothing (e.g. a dtype loop over an empty set).  No compiler, tfjit or XLA,
+  could have run such a test; the table's "tfjit % ran" leaves them out.
 
 The signal: the launch cache is cleared before each test, so every TfjitLaunch node
-asks the compile service at its first run, which either hands it an executable or
-makes it run its original subgraph (counted here), and every clustering pass run is
-recorded with the reasons it refused ops.  Eager ops are never clustered (tfjit, as
-XLA, leaves them to TF), so tests that run ops eagerly count as ``tf``.
+asks the compile service at its first run, which hands it an executable, makes it
+run its original subgraph, or raises the op's error (each counted here), and every
+clustering pass run is recorded with the reasons it refused ops.  Eager ops are never clustered (tfjit, as
+XLA, leaves them to TF), so tests that run ops eagerly count as ``none``.
 
 Prints a table per file (tests, passed, failed, skipped, in tfjit), the commonest
 failure reasons (exception type and first line, numbers folded) and the commonest
@@ -92,6 +103,7 @@ class Probe:
         self.graphs = 0
         self.clusters = 0
         self.compiled = 0
+        self.raised = 0                          # launches tfjit answered with the op's error
         self.fallbacks = collections.Counter()   # reason -> launches
         self.refused = collections.Counter()     # "Op: reason" -> nodes
 
@@ -115,6 +127,9 @@ class Probe:
             except launch.Fallback as e:
                 self.fallbacks[_fold(str(e))[:160]] += 1
                 raise
+            except Exception:    # the op's InvalidArgumentError, raised by tfjit (as XLA)
+                self.raised += 1
+                raise
             self.compiled += 1
             return exe
 
@@ -137,15 +152,15 @@ class Probe:
             self._launch.clear_cache()    # every launch node asks the service again
 
     def where(self) -> str:
-        if not self.compiled:
-            return "tf"
+        if not (self.compiled or self.raised):
+            return "tf" if self.graphs or self.fallbacks else "none"
         return "partial" if self.fallbacks or self.refused else "tfjit"
 
     def record(self) -> dict:
         if not hasattr(self, "_launch"):     # not installed: --mode xla or tf
             return {"where": "-"}
         return {"where": self.where(), "graphs": self.graphs, "clusters": self.clusters,
-                "compiled": self.compiled, "fallbacks": dict(self.fallbacks),
+                "compiled": self.compiled, "raised": self.raised, "fallbacks": dict(self.fallbacks),
                 "refused": dict(self.refused)}
 
 
@@ -310,6 +325,9 @@ def run_file(name: str, args) -> list:
                         "why": f"crash: process exited with {rc}", "where": "tf"})
     for rec in records:
         rec["file"] = name
+    if args.logs:        # each file's records as it ends: a run stopped early keeps them
+        with open(os.path.join(args.logs, name + ".jsonl"), "w") as f:
+            f.writelines(json.dumps(rec) + "\n" for rec in records)
     print(f"  {name}: {len(records)} tests in {time.time() - t0:.0f} s", file=sys.stderr)
     return records
 
@@ -320,7 +338,7 @@ def summarize(records: list, top: int, baseline: dict | None = None) -> str:
     share of those that pass here."""
     files = list(dict.fromkeys(r["file"] for r in records))
     head = ["file", "tests", "passed", "failed", "skipped", "pass %", "tfjit", "partial",
-            "tfjit %", "any %"]
+            "none", "tfjit %", "tfjit % ran", "any %"]
     rows = [tuple(head + (["base ok", "of base"] if baseline is not None else []))]
     totals = collections.Counter()
     for name in files + ["TOTAL"]:
@@ -328,8 +346,9 @@ def summarize(records: list, top: int, baseline: dict | None = None) -> str:
         c = collections.Counter(r["status"] for r in mine)
         w = collections.Counter(r.get("where") for r in mine if r["status"] == "pass")
         row = [name, len(mine), c["pass"], c["fail"] + c["error"] + c["timeout"], c["skip"],
-               _pct(c["pass"], len(mine) - c["skip"]), w["tfjit"], w["partial"],
-               _pct(w["tfjit"], c["pass"]), _pct(w["tfjit"] + w["partial"], c["pass"])]
+               _pct(c["pass"], len(mine) - c["skip"]), w["tfjit"], w["partial"], w["none"],
+               _pct(w["tfjit"], c["pass"]), _pct(w["tfjit"], c["pass"] - w["none"]),
+               _pct(w["tfjit"] + w["partial"], c["pass"])]
         if baseline is not None:
             base = [r for r in mine if baseline.get((r["file"], r["test"])) == "pass"]
             row += [len(base), _pct(sum(r["status"] == "pass" for r in base), len(base))]
@@ -341,12 +360,15 @@ def summarize(records: list, top: int, baseline: dict | None = None) -> str:
     lines.insert(1, "-" * len(lines[0]))
     lines.insert(-1, "-" * len(lines[0]))
     lines.append(f"pass %: of the tests run (skips excluded); tfjit: passing tests whose every "
-                 f"launch ran tfjit kernels, no op left to TF; partial: some did; any %: "
-                 f"(tfjit + partial) / passed; {totals['timeout']} timeouts")
+                 f"launch ran tfjit kernels (or raised the op's error), no op left to TF; "
+                 f"partial: some did; none: no graph reached the clustering pass; tfjit % ran: "
+                 f"tfjit / (passed - none); any %: (tfjit + partial) / passed; "
+                 f"{totals['timeout']} timeouts")
     failing = [r for r in records if r["status"] in ("fail", "error", "timeout")]
     lines += ["", f"Failure reasons (top {top} of {len(failing)} failing tests):"]
     lines += _grouped(failing, lambda r: [f"[{r.get('where', '?')}] {r['why']}"], top)
-    in_tf = [r for r in records if r["status"] == "pass" and r.get("where") in ("tf", "partial")]
+    in_tf = [r for r in records if r["status"] == "pass"
+             and r.get("where") in ("tf", "partial", "none")]
     lines += ["", f"Why passing tests ran (partly) in TF ({len(in_tf)} tests; a test may "
               "count under several reasons):"]
     lines += _grouped(in_tf, _tf_reasons, top)
@@ -357,7 +379,8 @@ def _tf_reasons(r: dict) -> list:
     out = [f"refused {k}" for k in r.get("refused", {})]
     out += [f"fallback: {k}" for k in r.get("fallbacks", {})]
     if not out:
-        out = ["no graph clustered (eager ops or no Session)" if not r.get("graphs")
+        out = ["no graph reached the clustering pass (eager ops, an error while building "
+               "the graph, or nothing run)" if not r.get("graphs")
                else "nothing clustered in the test's graphs"]
     return out
 
@@ -381,6 +404,8 @@ def main(argv=None) -> int:
     p.add_argument("files", nargs="*", help="test files by name (unary_ops_test or "
                    "unary_ops_test.py); 'all': every *_test.py in --tests-dir; default: "
                    + ", ".join(DEFAULT_FILES))
+    p.add_argument("--files-from", help="a text file naming test files, one a line "
+                   "(# starts a comment); added to those on the command line")
     p.add_argument("--tests-dir", required=True, help="a copy of tensorflow/compiler/tests")
     p.add_argument("--types", default="xla_cpu", help="xla_cpu (default), core, or DT_* list")
     p.add_argument("--timeout", type=float, default=900, help="seconds per file")
@@ -390,7 +415,8 @@ def main(argv=None) -> int:
                    "adds the pass rate over the tests that passed there")
     p.add_argument("--filter", help="regex on test ids (Class.method)")
     p.add_argument("--json", help="write every test's record here")
-    p.add_argument("--logs", help="directory for each file's stdout/stderr")
+    p.add_argument("--logs", help="directory for each file's stdout/stderr (NAME.log) and "
+                   "records (NAME.jsonl, written as the file ends)")
     p.add_argument("--top", type=int, default=15, help="reasons listed")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -398,7 +424,11 @@ def main(argv=None) -> int:
     args.types = {"xla_cpu": XLA_CPU_TYPES, "core": CORE_TYPES}.get(args.types, args.types)
     if args.child:
         return run_child(args)
-    names = [f[:-3] if f.endswith(".py") else f for f in args.files] or list(DEFAULT_FILES)
+    listed = list(args.files)
+    if args.files_from:
+        with open(args.files_from) as f:
+            listed += [w for line in f for w in line.split("#", 1)[0].split()]
+    names = [f[:-3] if f.endswith(".py") else f for f in listed] or list(DEFAULT_FILES)
     if names == ["all"]:
         names = sorted(f[:-3] for f in os.listdir(args.tests_dir) if f.endswith("_test.py"))
     missing = [n for n in names if not os.path.exists(os.path.join(args.tests_dir, n + ".py"))]

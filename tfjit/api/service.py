@@ -229,6 +229,7 @@ class CompileService:
         if flags.tfjit_enable_lazy_compilation and state.compiles and state.requests[sig] < 2:
             return self._fall_back(key, "lazy compilation: compiled on the next request",
                                    remember=False)
+        from tfjit.lower.graph_to_ir import LoweringError
         from tfjit.pipeline import TooLarge
         try:
             compiled = self.get(key, tuple(signature_of([d for d, _ in signature],
@@ -239,19 +240,18 @@ class CompileService:
                 log.warning("%s: new values run in TensorFlow", e)
             state.too_many_variants = True
             return self._fall_back(key, str(e), remember=True)
+        except LoweringError as e:
+            if not e.invalid:
+                return self._compile_failed(key, state, name, e, flags)
+            # TF's kernel would raise this error too: raise it, as XLA does, in TF's words.
+            raise launch.CompileError(f"{e.reason}\n\t [[{{{{node {e.node}}}}}]]") from None
         except TooLarge as e:    # not a failure: the flags' bound (not tfjit_fallback's business)
             if not state.failed:
                 log.warning("tfjit: cluster %s runs in TensorFlow: %s", name, e)
             state.failed = True
             return self._fall_back(key, f"too large: {e}", remember=True)
         except Exception as e:   # noqa: BLE001 - auto mode: any failure falls back
-            if not flags.tfjit_fallback:
-                raise
-            if not state.failed:
-                log.warning("tfjit: cluster %s runs in TensorFlow (compilation failed: %s: %s)",
-                            name, type(e).__name__, e)
-            state.failed = True
-            return self._fall_back(key, f"compilation failed: {e}", remember=True)
+            return self._compile_failed(key, state, name, e, flags)
         if state.compiles == 0:
             log.info("tfjit: Compiled cluster using tfjit! (%s, %d kernels, %.1f ms)",
                      name, compiled.num_kernels, 1e3 * compiled.seconds)
@@ -260,6 +260,16 @@ class CompileService:
         state.compiles += 1
         state.last_signature = sig
         return compiled.executable
+
+    def _compile_failed(self, key: str, state, name: str, e: Exception, flags):
+        """Auto mode's answer to a failed compile: the original subgraph, warned once."""
+        if not flags.tfjit_fallback:
+            raise e
+        if not state.failed:
+            log.warning("tfjit: cluster %s runs in TensorFlow (compilation failed: %s: %s)",
+                        name, type(e).__name__, e)
+        state.failed = True
+        return self._fall_back(key, f"compilation failed: {e}", remember=True)
 
     def _fall_back(self, key: str, reason: str, remember: bool):
         self.fallbacks[key] += 1

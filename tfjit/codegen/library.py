@@ -148,27 +148,61 @@ _CALLS = {
 DEFAULT, ONEDNN, MEASURED = 0, 1, 2
 
 
+# Where TF runs oneDNN's kernels, a call with at least this many output positions takes
+# oneDNN's kernel untimed (tf_kernel).
+ONEDNN_SURE_POSITIONS = 8192
+
+
 def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     """(kernel family, why) for library instruction ``i``.
 
-    Which kernel is faster depends on the CPU more than on the op: on 2 AVX2 cores
+    Which kernel is faster depends on the CPU and on the call's size: on 2 AVX2 cores
     Eigen's convolution beat oneDNN's for input depths over 4 (up to 1.7x) and lost
     below (1.3-2.6x); on 2 AVX-512 cores with VNNI oneDNN's won or tied on every
-    shape of the Keras CNN and MobileNetV2 (Eigen's up to 2.5x slower).  Where TF
-    itself runs oneDNN's kernels (it turns them on for such CPUs) so does tfjit; else
-    a call that either kernel can run is timed where it runs (runtime/tf_kernels.cc:
-    MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes).  Timing runs both
-    kernels, and the loser's scratch memory stays in TF's allocator pool (20 MB for the
-    Keras CNN step), which is why it is not done where the answer is known."""
+    shape of the Keras CNN and MobileNetV2 at their batches (128, 8), but lost most of
+    InceptionV3's convolutions at batch 4 (96x96 inputs), up to 8x: a 1x1 convolution
+    of [4,1,1,2048] by 2048x448 took 577 us in oneDNN, 73 us in the default kernel.
+    oneDNN reorders the filter into its blocked layout at every call (a variable's
+    value is no constant it could cache), work that grows with the filter alone,
+    while the convolution's grows with the filter times the output positions
+    (batch x output rows x columns; rows for a dot): with few positions the reorder
+    dominates.  So a call that either kernel can run is timed where it runs (runtime/
+    tf_kernels.cc: MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes),
+    except where TF itself runs oneDNN's kernels (it turns them on for such CPUs) and
+    the call has at least ONEDNN_SURE_POSITIONS output positions: there oneDNN's won
+    every call measured (InceptionV3's from 8100 positions up, the Keras CNN's,
+    MobileNetV2's first layers), and timing is not free: it runs both kernels, and the
+    loser's scratch memory stays in TF's allocator pool (20 MB for the Keras CNN
+    step)."""
     if i.op in (Op.QR, Op.FFT) or i.op in SOLVER_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
         return DEFAULT, "oneDNN refuses padding wider than the filter window"
+    if onednn and output_positions(i) >= ONEDNN_SURE_POSITIONS:
+        return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), and the "
+                        f"call has >= {ONEDNN_SURE_POSITIONS} output positions")
     if onednn:
-        return ONEDNN, "TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS)"
+        return MEASURED, (f"the faster of TF's default and oneDNN kernels, timed at its first "
+                          f"run: under {ONEDNN_SURE_POSITIONS} output positions oneDNN's "
+                          "per-call filter reorder can cost more than the convolution")
     return MEASURED, "the faster of TF's default and oneDNN kernels, timed at its first run"
+
+
+def output_positions(i) -> int:
+    """Output positions of a dot or convolution (or of the forward convolution whose
+    gradient ``i`` is): the product of its output's dimensions but the last (channels,
+    or a dot's columns); the work per filter (or right-hand) element."""
+    shape = i.operands[1].shape if i.op in _BACKPROPS else i.shape
+    positions = 1
+    for d in shape[:-1]:
+        positions *= d
+    return positions
+
+
+_BACKPROPS = (Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER, Op.DEPTHWISE_BACKPROP_INPUT,
+              Op.DEPTHWISE_BACKPROP_FILTER)
 
 
 def _pads_beyond_window(i) -> bool:

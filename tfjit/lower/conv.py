@@ -295,8 +295,16 @@ def _depthwise_conv(ctx, x: Instr, f: Instr) -> Instr:
     total = None
     for i in range(kh):
         for j in range(kw):
-            tap = _channels(m, _tap(m, xp, i, j, (ho, wo), strides, dil), mult)
-            weight = m.broadcast(m.slice(f, (i, j, 0, 0), (1, 1, c, mult)), tap.shape, (0, 1, 3, 4))
+            tap = _tap(m, xp, i, j, (ho, wo), strides, dil)
+            taps = m.slice(f, (i, j, 0, 0), (1, 1, c, mult))
+            if mult == 1:
+                # [n, ho, wo, c]: a loop kernel runs along its last dim, vectorised; as
+                # [n, ho, wo, c, 1] it ran one scalar element per row (Xception's 6x6x728
+                # taps: no vector instruction, 0.56x TF graph's predict)
+                weight = m.broadcast(m.reshape(taps, (c,)), tap.shape, (3,))
+            else:
+                tap = _channels(m, tap, mult)
+                weight = m.broadcast(taps, tap.shape, (0, 1, 3, 4))
             term = m.elementwise(Op.MUL, tap, weight)
             total = term if total is None else m.elementwise(Op.ADD, total, term)
     if total is None:

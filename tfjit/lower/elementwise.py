@@ -151,11 +151,19 @@ def _next_after(ctx):
     return m.elementwise(Op.SELECT, nan, m.elementwise(Op.ADD, x, y), out)
 
 
-@register("Cross", dtypes=(dt.F32, dt.F64) + INTS)
+@register("Cross", dtypes=(dt.F16, dt.BF16, dt.F32, dt.F64) + INTS)
 def _cross(ctx):
     """TF's kernel's formula per component: a[1]*b[2] - a[2]*b[1], ... (ints wrap).
-    Not for halves: TF rounds each product to half, and the difference cancels."""
+    Halves compute as Eigen's half arithmetic does: each product and the difference in
+    f32, each rounded to the half type (the products are exact in f32; the rounding of
+    each product matters, as the difference cancels)."""
     m, (a, b) = ctx.m, ctx.inputs
+    half = a.dtype if a.dtype in (dt.F16, dt.BF16) else None
+    if half is not None:
+        a, b = m.convert(a, dt.F32), m.convert(b, dt.F32)
+
+    def rounded(x):
+        return m.convert(m.convert(x, half), dt.F32) if half is not None else x
     if a.shape != b.shape or a.rank < 1 or a.shape[-1] != 3:
         raise Unsupported(f"Cross: both inputs must be the same shape ending in 3, got "
                           f"{list(a.shape)} and {list(b.shape)}")
@@ -163,9 +171,11 @@ def _cross(ctx):
 
     def part(x, i):
         return m.slice(x, (0,) * len(lead) + (i,), lead + (1,))
-    out = [m.elementwise(Op.SUB, m.elementwise(Op.MUL, part(a, i), part(b, j)),
-                         m.elementwise(Op.MUL, part(a, j), part(b, i))) for i, j in ((1, 2), (2, 0), (0, 1))]
-    return m.concat(out, a.rank - 1)
+    out = [rounded(m.elementwise(Op.SUB, rounded(m.elementwise(Op.MUL, part(a, i), part(b, j))),
+                                 rounded(m.elementwise(Op.MUL, part(a, j), part(b, i)))))
+           for i, j in ((1, 2), (2, 0), (0, 1))]
+    out = m.concat(out, a.rank - 1)
+    return m.convert(out, half) if half is not None else out
 
 
 @register("ToBool", dtypes=(dt.F32, dt.F64, dt.PRED) + INTS)   # TF: "half cannot be converted"

@@ -21,17 +21,19 @@ from tfjit.ir.module import Instr, IRError, Module
 import tfjit.lower  # noqa: F401  (registers the rules)
 from tfjit.lower import complex as complex_values
 from tfjit.lower import layout
-from tfjit.lower.registry import Complex, Unsupported, lower_node
+from tfjit.lower.registry import Complex, InvalidArgument, Unsupported, lower_node
 from tfjit.lower.variables import Variable
 
 
 class LoweringError(Exception):
     """A node could not be lowered; carries the node and op for the user."""
 
-    def __init__(self, node: str, op: str, reason: str, caller: str | None = None):
+    def __init__(self, node: str, op: str, reason: str, caller: str | None = None,
+                 invalid: bool = False):
         super().__init__(f"{op} ({reason}) {{{{node {node}}}}}")
         self.node, self.op, self.reason = node, op, reason
         self.caller = caller      # inside a loop body or branch: the outermost calling node
+        self.invalid = invalid    # raised as InvalidArgument: TF's kernel raises it too
 
 
 def _fold(instr, values):
@@ -109,7 +111,8 @@ def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") ->
             else:
                 outs = lower_node(m, node, args, functions)
         except (Unsupported, IRError) as e:
-            raise LoweringError(node.name, node.op, getattr(e, "reason", str(e))) from None
+            raise LoweringError(node.name, node.op, getattr(e, "reason", str(e)),
+                                invalid=isinstance(e, InvalidArgument)) from None
         for k, v in enumerate(outs):
             values[(node.name, k)] = v
     return [outputs[k] for k in range(len(outputs))]
@@ -176,7 +179,8 @@ class Functions:
             return _lower_graph(m, graph, args, self)
         except LoweringError as e:
             where = f"in {fname} (called by {caller.op} {caller.name})"
-            raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name) from None
+            raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name,
+                                e.invalid) from None
         finally:
             self._active.pop()
             m.folder, m.source = folder, source

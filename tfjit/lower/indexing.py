@@ -20,7 +20,7 @@ import math
 from tfjit import dtypes as dt
 from tfjit.ir.module import INDEX_DTYPES, Instr, scatter_identity
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import ALL, NUMERIC, Unsupported, broadcast_to, register
+from tfjit.lower.registry import ALL, NUMERIC, InvalidArgument, Unsupported, broadcast_to, register
 from tfjit.lower.variables import _assign, _declared, _var
 
 
@@ -151,16 +151,26 @@ def _resource_scatter(ctx):
     return []
 
 
-@register("Cumsum", "Cumprod", dtypes=NUMERIC, const_inputs=(1,))
-def _cumulative(ctx):
-    x = ctx.inputs[0]
+def _scan_axis(ctx) -> int:
+    """The scan's axis, normalised.  An axis that is not a scalar, or out of range, is
+    TF's kernel's InvalidArgumentError, in its words (ScanOp)."""
+    x, axis_input = ctx.inputs[0], ctx.inputs[1]
     if x.rank == 0:
         raise Unsupported(f"{ctx.node.op}: input must be at least rank 1")
+    if axis_input.rank != 0:
+        raise InvalidArgument("ScanOp: axis must be a scalar, not "
+                              f"[{','.join(map(str, axis_input.shape))}]")
     (axis,) = ctx.const_ints(1, f"{ctx.node.op}'s axis")
+    if not -x.rank <= axis < x.rank:
+        raise InvalidArgument(f"ScanOp: Expected scan axis in the range [{-x.rank}, {x.rank}), "
+                              f"but got {axis}")
+    return axis % x.rank
+
+
+@register("Cumsum", "Cumprod", dtypes=NUMERIC, const_inputs=(1,))
+def _cumulative(ctx):
     kind = "sum" if ctx.node.op == "Cumsum" else "prod"
-    if not -x.rank <= axis < x.rank:     # TF's words (ScanOp)
-        raise Unsupported(f"ScanOp: Expected scan axis in the range [{-x.rank}, {x.rank}), but got {axis}")
-    return ctx.m.scan(x, kind, axis % x.rank, bool(ctx.attr("exclusive")),
+    return ctx.m.scan(ctx.inputs[0], kind, _scan_axis(ctx), bool(ctx.attr("exclusive")),
                       bool(ctx.attr("reverse")))
 
 
@@ -168,14 +178,7 @@ def _cumulative(ctx):
 def _cumulative_logsumexp(ctx):
     """log(cumsum(exp(x))) without overflow: a scan whose step is max + log1p(exp(min -
     max)), as TF's kernel (ir/interp.py ``_log_add_exp``)."""
-    x = ctx.inputs[0]
-    if x.rank == 0:
-        raise Unsupported("CumulativeLogsumexp: input must be at least rank 1")
-    (axis,) = ctx.const_ints(1, "CumulativeLogsumexp's axis")
-    if not -x.rank <= axis < x.rank:
-        raise Unsupported(f"ScanOp: Expected scan axis in the range [{-x.rank}, {x.rank}), "
-                          f"but got {axis}")
-    return ctx.m.scan(x, "logsumexp", axis % x.rank, bool(ctx.attr("exclusive")),
+    return ctx.m.scan(ctx.inputs[0], "logsumexp", _scan_axis(ctx), bool(ctx.attr("exclusive")),
                       bool(ctx.attr("reverse")))
 
 

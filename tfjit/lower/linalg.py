@@ -10,6 +10,7 @@ Half-precision operands compute in f32, as TF's CPU kernels accumulate in f32.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import string
 
@@ -28,6 +29,16 @@ def _matmul(ctx):
     if a.rank != 2 or b.rank != 2:
         raise Unsupported(f"MatMul needs matrices, got ranks {a.rank} and {b.rank}")
     return ctx.m.dot(a, b, bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b")))
+
+
+@register("SparseMatMul", dtypes=(dt.F32, dt.BF16), type_attr="Ta")
+def _sparse_matmul(ctx):
+    """SparseMatMul: MatMul of f32 (or bfloat16, widened) matrices into f32; the
+    ``a_is_sparse``/``b_is_sparse`` attributes only pick TF's algorithm."""
+    a, b = (ctx.m.convert(x, dt.F32) if x.dtype is dt.BF16 else x for x in ctx.inputs)
+    if a.dtype is not dt.F32 or b.dtype is not dt.F32:
+        raise Unsupported(f"SparseMatMul of {a.dtype} and {b.dtype}")
+    return _matmul(dataclasses.replace(ctx, inputs=[a, b]))
 
 
 @register("_FusedMatMul", dtypes=_DTYPES, half_in_f32=True)

@@ -65,9 +65,8 @@ def _quantize(m, x, lo: float, hi: float, num_bits: int, narrow: bool, divide: b
 
 def _args(ctx):
     lo, hi = float(ctx.attr("min", -6.0)), float(ctx.attr("max", 6.0))
-    if not lo <= 0.0 <= hi or not lo < hi:
-        raise Unsupported(f"{ctx.node.op}: needs min <= 0 <= max and min < max, got "
-                          f"[{lo}, {hi}]")
+    if not lo < hi:         # TF's kernel refuses it (a range without 0 is nudged to one)
+        raise Unsupported(f"{ctx.node.op}: needs min < max, got [{lo}, {hi}]")
     return lo, hi, int(ctx.attr("num_bits", 8)), bool(ctx.attr("narrow_range", False))
 
 

@@ -11,21 +11,24 @@ import math
 
 from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import ALL, FLOATS, NUMERIC, Unsupported, register, scalar_like
+from tfjit.lower.registry import (ALL, FLOATS, NUMERIC, InvalidArgument, Unsupported, register,
+                                  scalar_like)
 
 
 def _axes(ctx, rank: int) -> list:
-    """The reduction axes, normalised and sorted.  Axes naming one dimension twice
-    ([0, -2] of a matrix included) are refused, as TF's kernel and tf2xla refuse them:
-    auto mode then runs TF's kernel, which raises its InvalidArgumentError."""
+    """The reduction axes, normalised and sorted.  An axis out of range, or axes naming
+    one dimension twice ([0, -2] of a matrix included), are TF's kernel's
+    InvalidArgumentError, in its words (tf2xla refuses them too)."""
     axes = ctx.const_ints(1, "reduction axes")
     out = []
     for a in axes:
         if not -max(rank, 1) <= a < max(rank, 1):
-            raise Unsupported(f"reduction axis {a} out of range for rank {rank}")
+            raise InvalidArgument(f"Invalid reduction dimension ({a} for input with {rank} "
+                                  "dimension(s)")
         d = a % rank if rank else 0
         if d in out:
-            raise Unsupported(f"Invalid reduction arguments: Axes contains duplicate dimension: {d}")
+            raise InvalidArgument("Invalid reduction arguments: Axes contains duplicate "
+                                  f"dimension: {d}")
         out.append(d)
     return sorted(out) if rank else []
 

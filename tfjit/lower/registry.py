@@ -48,6 +48,14 @@ class Unsupported(Exception):
         self.reason = reason
 
 
+class InvalidArgument(Unsupported):
+    """The node's operands or attributes are invalid in TF's own terms: TF's kernel
+    raises InvalidArgumentError for them, and ``reason`` is that error's text (TF's
+    words).  Auto mode raises it as the launch op's error, as XLA does, instead of
+    running TF's kernel only for it to raise; must-compile reports it like any refusal.
+    Raise it only where TF's kernel (not just tfjit) refuses the value."""
+
+
 @dataclasses.dataclass
 class LowerCtx:
     m: Module

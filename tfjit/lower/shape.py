@@ -16,7 +16,8 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import FOLD_MAX_ELEMENTS, Instr
 from tfjit.ir.ops import Op
 from tfjit.lower import registry
-from tfjit.lower.registry import LowerCtx, Unsupported, broadcast_to, register, scalar_like
+from tfjit.lower.registry import (InvalidArgument, LowerCtx, Unsupported, broadcast_to, register,
+                                  scalar_like)
 
 INT32_MAX = 2**31 - 1
 
@@ -101,11 +102,12 @@ def _squeeze(ctx: LowerCtx):
     return ctx.m.reshape(x, keep)
 
 
-@register("Transpose", dtypes=registry.ALL, const_inputs=(1,))
+@register("Transpose", "ConjugateTranspose", dtypes=registry.ALL, const_inputs=(1,))
 def _transpose(ctx: LowerCtx):
+    """ConjugateTranspose of a real tensor (its only dtypes here) is its Transpose."""
     x, perm = ctx.inputs[0], ctx.const_ints(1, "Transpose's perm")
     if sorted(perm) != list(range(x.rank)):
-        raise Unsupported(f"Transpose: {perm} is not a permutation of rank {x.rank}")
+        raise Unsupported(f"{ctx.node.op}: {perm} is not a permutation of rank {x.rank}")
     return ctx.m.transpose(x, perm)
 
 
@@ -468,7 +470,8 @@ def _broadcast_args(ctx: LowerCtx):
     rank = max(len(s0), len(s1))
     a, b = [1] * (rank - len(s0)) + s0, [1] * (rank - len(s1)) + s1
     if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
-        raise Unsupported(f"Incompatible shapes: {s0} vs. {s1}")
+        raise InvalidArgument(f"Incompatible shapes: [{','.join(map(str, s0))}] vs. "
+                              f"[{','.join(map(str, s1))}]")
     return ctx.m.constant(np.asarray([y if x == 1 else x for x, y in zip(a, b)], np.int64), ctx.dtype)
 
 

@@ -1,0 +1,109 @@
+"""Which of TF's kernels a library call runs where TF runs oneDNN (codegen/library.py
+``tf_kernel``), and that each choice computes what TF's executor computes.
+
+On CPUs where TF turns oneDNN on by itself, a call with few output positions (small
+batch x spatial size: InceptionV3's late 1x1 convolutions at batch 4) is timed at its
+first run instead of taking oneDNN's kernel untimed, because oneDNN's per-call filter
+reorder can cost more than the convolution; a call with at least
+``ONEDNN_SURE_POSITIONS`` positions keeps oneDNN's.  The tests run with oneDNN off
+(conftest.py), so the oneDNN machine is stood in for by ``settings.onednn_enabled``;
+the oracle is TF's executor with its default kernels, within f32 tolerance.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+from tfjit import settings
+from tfjit.codegen import library
+
+SURE = library.ONEDNN_SURE_POSITIONS
+
+
+def _conv(strides, padding):
+    return lambda x, w: tf.nn.conv2d(x, w, strides, padding)
+
+
+def _conv_grads(strides, padding):
+    """The forward convolution and both its gradients (Conv2DBackpropInput/Filter)."""
+    def f(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = tf.nn.conv2d(x, w, strides, padding)
+            loss = tf.reduce_sum(y * y)
+        return (y, *tape.gradient(loss, [x, w]))
+    return f
+
+
+def _depthwise_grads(x, w):
+    with tf.GradientTape() as tape:
+        tape.watch([x, w])
+        loss = tf.reduce_sum(tf.square(tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME")))
+    return tape.gradient(loss, [x, w])
+
+
+# (id, function, operand shapes, {library op spelling: "measured" | "oneDNN"})
+CASES = [
+    # InceptionV3's last 1x1 convolution at batch 4: 4 positions (oneDNN 8x slower)
+    ("1x1-4-positions", _conv(1, "VALID"), ((4, 1, 1, 96), (1, 1, 96, 40)),
+     {"convolution": "measured"}),
+    ("1-position-prime-channels", _conv(1, "SAME"), ((1, 1, 1, 13), (3, 3, 13, 7)),
+     {"convolution": "measured"}),
+    ("3x3-stride-2-valid", _conv(2, "VALID"), ((4, 9, 9, 24), (3, 3, 24, 16)),
+     {"convolution": "measured"}),
+    ("1x7-same", _conv(1, "SAME"), ((4, 4, 4, 16), (1, 7, 16, 12)), {"convolution": "measured"}),
+    # one position short of the bound, and the bound itself (2 x 64 x 64 = 8192)
+    ("just-under-the-bound", _conv(1, "SAME"), ((1, 91, 90, 3), (3, 3, 3, 5)),
+     {"convolution": "measured"}),
+    ("at-the-bound", _conv(1, "SAME"), ((2, 64, 64, 3), (3, 3, 3, 5)),
+     {"convolution": "oneDNN"}),
+    ("stride-2-above-the-bound", _conv(2, "SAME"), ((4, 96, 96, 3), (3, 3, 3, 8)),
+     {"convolution": "oneDNN"}),
+    # gradients: their positions are the forward output's (the gradient operand's)
+    ("grads-few-positions", _conv_grads(1, "SAME"), ((2, 5, 5, 6), (3, 3, 6, 4)),
+     {"convolution": "measured", "convolution-backprop-input": "measured",
+      "convolution-backprop-filter": "measured"}),
+    ("grads-above-the-bound", _conv_grads(1, "SAME"), ((2, 64, 65, 2), (3, 3, 2, 3)),
+     {"convolution": "oneDNN", "convolution-backprop-input": "oneDNN",
+      "convolution-backprop-filter": "oneDNN"}),
+    ("depthwise-grads", _depthwise_grads, ((2, 7, 7, 5), (3, 3, 5, 1)),
+     {"depthwise-backprop-input": "measured", "depthwise-backprop-filter": "measured"}),
+    # a dot's positions are its output rows
+    ("dot-few-rows", tf.matmul, ((3, 70), (70, 5)), {"dot": "measured"}),
+    ("dot-many-rows", tf.matmul, ((SURE, 8), (8, 3)), {"dot": "oneDNN"}),
+]
+
+
+@pytest.mark.parametrize("fn,shapes,kernels", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_onednn_cpu_times_small_calls_and_matches_tensorflow(fn, shapes, kernels, monkeypatch):
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
+    rng = np.random.default_rng(sum(map(sum, shapes)))
+    xs = [tf.constant(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
+    jit = tfjit.function(fn, jit_compile=True)
+    fusions = jit.compiled(*xs).fusions
+    notes = {f.roots[0].op.spelling: f.notes[-1] for f in fusions if f.kind == "library"}
+    assert set(notes) == set(kernels), notes
+    for op, kernel in kernels.items():
+        assert notes[op].startswith(f"runs TF's {kernel} "), (op, notes[op])
+    want = tf.nest.flatten(tf.function(fn)(*xs))
+    for k, (g, w) in enumerate(zip(tf.nest.flatten(jit(*xs)), want)):
+        scale = max(1.0, float(np.max(np.abs(w.numpy()))))     # sums of many products
+        assert_matches(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5 * scale, what=f"output {k}")
+
+
+def test_without_onednn_every_f32_call_is_measured_and_the_reason_says_why(monkeypatch):
+    # shapes no other test compiles: the process-wide compile cache is keyed by the
+    # cluster, not by the oneDNN flag (which is constant in a process but for tests)
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: False)
+    x = tf.ones([2, 64, 66, 3])
+    fusions = tfjit.function(_conv(1, "SAME")).compiled(x, tf.ones([3, 3, 3, 5])).fusions
+    (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]
+    assert note == ("runs TF's measured Conv2D kernel: the faster of TF's default and oneDNN "
+                    "kernels, timed at its first run")
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
+    fusions = tfjit.function(_conv(1, "SAME")).compiled(x[:1, :4], tf.ones([3, 3, 3, 5])).fusions
+    (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]
+    assert "filter reorder can cost more than the convolution" in note, note
