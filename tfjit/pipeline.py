@@ -198,6 +198,12 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
         i = next(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library")
         raise NotForTarget(i, f"{target.name} code cannot call the runtime library "
                               "(dot, convolution and its gradients)")
+    if target.library_prefix and target.library_prefix != "tfjit_rt_":
+        for f in fusion.walk(o.fusions):
+            if f.kind == "library" and library.call_kind(f.roots[0]) in library.ONLY_UNDER_TF:
+                raise NotForTarget(f.roots[0], f"{target.name} code cannot run TF's "
+                                   f"{library.tf_op(f.roots[0])} kernel (its runtime has no FFT: "
+                                   "TF's CPU FFT is DUCC's, which tfjit does not build)")
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
     llmod, steps = llvm_cpu.emit_module(name, o.fusions, o.plan, messages, target)
     if target.gpu_arch:         # kernel entries over the same row bodies (codegen/nvptx.py)

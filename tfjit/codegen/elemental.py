@@ -19,7 +19,7 @@ from llvmlite import ir
 from tfjit import dtypes as dt
 from tfjit.codegen import random, special
 from tfjit.codegen.llvm_types import F32, I1, I16, I32, I64, const, intrinsic, value_type
-from tfjit.ir.ops import SPECIAL, Op
+from tfjit.ir.ops import COMPLEX_LIBM, SPECIAL, Op
 
 MESSAGES = ("Integer division by zero", "Integers to negative integer powers are not allowed")
 DIV_BY_ZERO, NEGATIVE_POWER = 1, 2
@@ -33,8 +33,8 @@ _MATH = {Op.EXP: "exp", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG1P: "log1p", Op.
 # and so does mathlib: without DAZ the result is TF's bit for bit, denormals included
 _SCALAR_F64 = frozenset({Op.ASIN, Op.ACOS})
 # no DAZ on these operands: TF passes denormals to the C library too (tan(1e-40) is 1e-40)
-_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos", Op.TAN: "tan",
-         Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh"}
+_LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos", Op.EXPM1_LIBM: "expm1",
+         Op.TAN: "tan", Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh"}
 _SHIFT = {Op.SHL: "shl", Op.SHR_LOGICAL: "lshr", Op.SHR_ARITH: "ashr"}
 _FINTRINSIC = {Op.SQRT: "sqrt", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND_EVEN: "roundeven",
                Op.ABS: "fabs"}
@@ -96,6 +96,8 @@ class Elemental:
             return intrinsic(b, _FINTRINSIC[op], t, [x])
         if op in _LIBM:
             return self.libm(_LIBM[op], x)
+        if op in COMPLEX_LIBM:
+            return self.complex_libm(*COMPLEX_LIBM[op], x, y)
         if op is Op.RSQRT:
             return b.fdiv(ir.Constant(t, 1.0), intrinsic(b, "sqrt", t, [x]))
         if op is Op.NEG:
@@ -123,6 +125,23 @@ class Elemental:
             return self._sin_cos(x)[name == "cos"]
         symbol = name + ("f" if x.type == F32 else "")
         return self.b.call(self._libm_decl(symbol, ir.FunctionType(x.type, [x.type]), pure=True), [x])
+
+    def complex_libm(self, name: str, part: int, x, y):
+        """Part ``part`` of the C library's complex ``name`` (csinf for floats, csin for
+        doubles) of x + iy, with the x86-64 C ABI's types, as clang declares them: a
+        float _Complex is one <2 x float> argument and result, a double _Complex two
+        double arguments and a {double, double} result.  The two parts' calls are one
+        call after LLVM's CSE (the function is declared readnone, as the real libm's)."""
+        b = self.b
+        if x.type == F32:
+            pair = ir.VectorType(F32, 2)
+            fn = self._libm_decl(f"c{name}f", ir.FunctionType(pair, [pair]), pure=True)
+            z = b.insert_element(b.insert_element(ir.Constant(pair, None), x, ir.Constant(I32, 0)),
+                                 y, ir.Constant(I32, 1))
+            return b.extract_element(b.call(fn, [z]), ir.Constant(I32, part))
+        pair = ir.LiteralStructType([x.type, x.type])
+        fn = self._libm_decl(f"c{name}", ir.FunctionType(pair, [x.type, x.type]), pure=True)
+        return b.extract_value(b.call(fn, [x, y]), part)
 
     def _libm_decl(self, symbol: str, fnty, pure: bool):
         fn = self.b.module.globals.get(symbol)

@@ -1,5 +1,6 @@
 """Kernels for runtime-library instructions (``Kind.LIBRARY``: dot, convolution,
-the convolution gradients, QR, the dense solvers and the spectral decompositions).
+the convolution gradients, QR, the dense solvers, the spectral decompositions and
+the FFTs).
 
 A library kernel has the launch op's kernel ABI, ``void k(void** bufs, i64 begin,
 i64 end)``, and runs as a single row: it loads its operands' and result's
@@ -17,7 +18,7 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
-from tfjit.ir.ops import SOLVER_ATTRS, SPECTRAL_ATTRS, Op
+from tfjit.ir.ops import FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
 from tfjit.passes.fusion import library_source
 
@@ -42,7 +43,14 @@ SIGNATURES = {
     "matrix_solve_ls": [I64, I64, I64, I64, I32],    # (batch, m, n, k, fast)
     # the spectral decompositions: (batch, m, n, compute_v/compute_uv, full_matrices)
     **{name: [I64, I64, I64, I32, I32] for name in ("self_adjoint_eig", "svd")},
+    # (batch, the operand's transformed dims d0-d2, fft_length l0-l2 (unused ones 1),
+    # rank, fft_type): TF's FFT kernels, under the launch op only (ONLY_UNDER_TF)
+    "fft": [I64] * 7 + [I32, I32],
 }
+
+# entry points only the op library has (TF's kernel, no Eigen twin in linalg.cc): the
+# host runner's call fails and tfjit-aot refuses them (pipeline.emit)
+ONLY_UNDER_TF = frozenset({"fft"})
 
 
 def symbol(kind: str, dtype, prefix: str = "tfjit_rt_") -> str:
@@ -52,7 +60,8 @@ def symbol(kind: str, dtype, prefix: str = "tfjit_rt_") -> str:
 def runtime_symbols(prefix: str = "tfjit_rt_") -> list[str]:
     """Every runtime-library function a kernel may call (runtime/tf_kernels.cc exports
     them as ``tfjit_rt_*``, the AOT runtime, runtime/aot_runtime.cc, as ``tfjit_aot_rt_*``)."""
-    return [f"{prefix}{k}_{s}" for k in SIGNATURES for s in _SUFFIX.values()]
+    return [f"{prefix}{k}_{s}" for k in SIGNATURES for s in _SUFFIX.values()
+            if prefix == "tfjit_rt_" or k not in ONLY_UNDER_TF]
 
 
 def _dot_args(i) -> list:
@@ -109,6 +118,19 @@ def _spectral_args(i) -> list:
 def _solve_ls_args(i) -> list:
     batch, rows, cols = i.operands[0].shape
     return [i64(batch), i64(rows), i64(cols), i64(i.operands[1].shape[2]), ir.Constant(I32, i.attrs["fast"])]
+def _fft_args(i) -> list:
+    x, n = i.operands[0], i.attrs["fft_length"]
+    kind = FFT_TYPES[i.attrs["fft_type"]]
+    dims = x.shape[1:] if kind == "rfft" else x.shape[1:-1]
+    pad = (1,) * (3 - len(n))
+    return [i64(v) for v in (x.shape[0], *dims, *pad, *n, *pad)] + \
+        [ir.Constant(I32, len(n)), ir.Constant(I32, i.attrs["fft_type"])]
+
+
+def fft_tf_op(i) -> str:
+    """The TF op of FFT instruction ``i`` (FFT, IRFFT2D, ...)."""
+    rank = len(i.attrs["fft_length"])
+    return FFT_TYPES[i.attrs["fft_type"]].upper() + ("" if rank == 1 else f"{rank}D")
 
 
 # op -> (runtime function, its arguments, the TF kernel it runs under the launch op)
@@ -133,6 +155,7 @@ _CALLS = {
     Op.MATRIX_SOLVE_LS: ("matrix_solve_ls", _solve_ls_args, lambda i: "MatrixSolveLs"),
     Op.SELF_ADJOINT_EIG: ("self_adjoint_eig", _spectral_args, lambda i: "SelfAdjointEigV2"),
     Op.SVD: ("svd", _spectral_args, lambda i: "Svd"),
+    Op.FFT: ("fft", _fft_args, fft_tf_op),
 }
 
 
@@ -170,7 +193,7 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     MobileNetV2's first layers), and timing is not free: it runs both kernels, and the
     loser's scratch memory stays in TF's allocator pool (20 MB for the Keras CNN
     step)."""
-    if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
+    if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
@@ -213,7 +236,10 @@ def failure_message(i) -> str:
     """The status message of library call ``i`` when TF's kernel fails (the launch op
     appends TF's own message)."""
     node = f" {{{{node {i.source}}}}}" if i.source else ""
-    return f"TensorFlow's {_CALLS[i.op][2](i)} kernel failed{node}"
+    text = f"TensorFlow's {_CALLS[i.op][2](i)} kernel failed{node}"
+    if _CALLS[i.op][0] in ONLY_UNDER_TF:
+        text += " (it runs under TfjitLaunch only: tfjit's host runner has no FFT)"
+    return text
 
 
 def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: bool,
@@ -266,3 +292,13 @@ def _memcpy(module: ir.Module) -> ir.Function:
     if fn is None:
         fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, I64, ir.IntType(1)]), name=name)
     return fn
+
+
+def call_kind(i) -> str:
+    """The runtime entry point (without prefix and dtype) library instruction ``i`` calls."""
+    return _CALLS[i.op][0]
+
+
+def tf_op(i) -> str:
+    """The TF op whose kernel library instruction ``i`` runs under the launch op."""
+    return _CALLS[i.op][2](i)

@@ -43,7 +43,7 @@ from llvmlite import ir
 from tfjit.codegen import llvm_cpu, llvm_target
 from tfjit.codegen.llvm_types import I64, PTR, VOID
 from tfjit.codegen.target import Compiler, NotForTarget, Target
-from tfjit.ir.ops import SPECIAL, Op
+from tfjit.ir.ops import COMPLEX_LIBM, SPECIAL, Op
 from tfjit.passes.fusion import KernelKind, walk
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -111,7 +111,7 @@ def refuse(fusions: list, t: Target) -> None:
                                       f"({_SPECIAL_WHY.get(i.op, _SERIES)}), which has no GPU version yet")
 
 
-_LIBM_ONLY = frozenset({Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
+_LIBM_ONLY = frozenset({Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH, Op.EXPM1_LIBM, *COMPLEX_LIBM})
 _SERIES = "Eigen's series over the C library's lgamma, log, exp and pow"
 _APPROX = ("Eigen's code over the C library's log in f64, over x86's rcpps/rsqrtps "
            "approximations in f32")

@@ -22,7 +22,7 @@ corners where plain numpy differs:
 * Shifts clamp their amount to [0, bits - 1] as TF's LeftShift/RightShift do;
   BITCAST reinterprets bits; the ``-libm`` ops, TRUNCATED_NORMAL (interp_rng.py) and
   igamma/betainc/zeta/lgamma/... (Eigen's code, interp_special*.py) call the C library as TF does.
-* The runtime-library ops (dot, convolutions, QR) are numpy's (interp_linalg.py).
+* The runtime-library ops (dot, convolutions, QR, the solvers, the FFTs) are numpy's (interp_linalg.py).
 * CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the vector path, TF's for almost every element of a real
@@ -38,7 +38,7 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
-from tfjit.ir.ops import CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
+from tfjit.ir.ops import COMPLEX_LIBM, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 
 
 class IntegerDivisionByZero(ValueError):
@@ -526,6 +526,9 @@ _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
     Op.SHR_ARITH: _shift("arithmetic"),
     Op.LOG_LIBM: lambda x: interp_rng.libm("log", x), Op.SIN_LIBM: lambda x: interp_rng.libm("sin", x),
     Op.COS_LIBM: lambda x: interp_rng.libm("cos", x),
+    Op.EXPM1_LIBM: lambda x: interp_rng.libm("expm1", x),
+    **{op: (lambda name, part: lambda x, y: interp_rng.complex_libm(name, part, x, y))(*fp)
+       for op, fp in COMPLEX_LIBM.items()},
     **{op: (lambda x, name=op.spelling: interp_rng.libm(name, x))
        for op in (Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH)},
 }
@@ -561,6 +564,7 @@ _EVAL = {
                                                                instr.attrs["dilations"], instr.attrs["padding"])),
     **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
     Op.QR: _fpu_instr(interp_linalg.qr),
+    Op.FFT: _fpu_instr(interp_linalg.fft),
     **{op: _fpu_instr(interp_linalg.solver) for op in SOLVER_ATTRS},
     **{op: _fpu_instr(interp_linalg.spectral) for op in SPECTRAL_ATTRS},
     Op.MATRIX_SOLVE_LS: _fpu_instr(interp_linalg.solve_ls),

@@ -2,14 +2,15 @@
 runtime library's, summed in a different order, and LAPACK's Householder QR (numpy's)
 where the runtime runs Eigen's, with the same sign conventions; LAPACK's LU and
 Cholesky and a substitution loop for the dense solvers, LAPACK's symmetric eigensolver and
-SVD (whose vectors' signs may differ from Eigen's: compare them up to sign); so a compiled result matches
+SVD (whose vectors' signs may differ from Eigen's: compare them up to sign), numpy's
+pocketfft where TF runs DUCC's FFT; so a compiled result matches
 these within float tolerance, not bit for bit."""
 from __future__ import annotations
 
 import numpy as np
 
 from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral_parts
-from tfjit.ir.ops import Op
+from tfjit.ir.ops import FFT_TYPES, Op
 
 def dot(lhs, rhs, transpose_lhs, transpose_rhs):
     a = np.swapaxes(lhs, -1, -2) if transpose_lhs else lhs
@@ -206,4 +207,20 @@ def spectral(instr, x):
     out = np.zeros(instr.shape, x.dtype)
     for part, (start, size) in zip(parts, spectral_parts(instr.op, x.shape, attrs)):
         out[start:start + size] = part.reshape(-1)
+def fft(instr, x):
+    """Op.FFT: numpy's FFT over the last len(fft_length) dims of x [B, dims...] (real
+    views of complex values: module.fft); rfft/irfft crop x to fft_length as TF's kernel."""
+    out = np.zeros(instr.shape, x.dtype)
+    if out.size == 0:
+        return out
+    kind, n = FFT_TYPES[instr.attrs["fft_type"]], tuple(instr.attrs["fft_length"])
+    axes = tuple(range(-len(n), 0))
+    if kind != "rfft":
+        x = x[..., 0] + 1j * x[..., 1]
+    y = {"fft": lambda: np.fft.fftn(x, axes=axes), "ifft": lambda: np.fft.ifftn(x, axes=axes),
+         "rfft": lambda: np.fft.rfftn(x, s=n, axes=axes),
+         "irfft": lambda: np.fft.irfftn(x, s=n, axes=axes)}[kind]()
+    if kind == "irfft":
+        return y.astype(x.real.dtype)
+    out[..., 0], out[..., 1] = y.real, y.imag
     return out

@@ -2,7 +2,8 @@
 
 * ``libm(name, x)``: the C library's logf/log, sinf/sin, cosf/cos on every
   element (through ctypes: the very functions TF's kernels and tfjit's compiled
-  code call, so the three agree bit for bit).
+  code call, so the three agree bit for bit); ``complex_libm``: one part of the C
+  library's csinf/csin ... (TF's complex sin, cos, tanh ... kernels) the same way.
 * ``truncated_normal``: TF's TruncatedNormalDistribution over the Philox
   stream (see ``Op.TRUNCATED_NORMAL``), vectorised over elements and looping
   over trials until every element has found its sample.
@@ -38,6 +39,32 @@ def libm(name: str, x: np.ndarray) -> np.ndarray:
     logf... for f32, log... for f64; no DAZ or FTZ, as TF's scalar kernels call it."""
     symbol = name + ("f" if x.dtype == np.float32 else "")
     return np.asarray(_libm_fn(symbol)(x), dtype=object).astype(x.dtype).reshape(x.shape)
+
+
+class _Complex(ctypes.Structure):
+    """A float _Complex / double _Complex by value (the x86-64 ABI passes both as a
+    struct of two parts)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _complex_fn(symbol: str):
+    t = ctypes.c_float if symbol.endswith("f") else ctypes.c_double
+    pair = type(f"{symbol}_pair", (_Complex,), {"_fields_": [("re", t), ("im", t)]})
+    fn = getattr(ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6"), symbol)
+    fn.restype, fn.argtypes = pair, [pair]
+    return pair, fn
+
+
+def complex_libm(name: str, part: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Part ``part`` (0 real, 1 imaginary) of the C library's complex ``name`` (csinf...
+    for f32, csin... for f64) of x + iy, element by element."""
+    pair, fn = _complex_fn(f"c{name}" + ("f" if x.dtype == np.float32 else ""))
+    out = np.empty(x.shape, x.dtype)
+    flat = out.reshape(-1)
+    for k, (a, b) in enumerate(zip(x.reshape(-1), y.reshape(-1))):
+        r = fn(pair(a, b))
+        flat[k] = r.im if part else r.re
+    return out
 
 
 def philox(key: tuple, counter: tuple) -> tuple:

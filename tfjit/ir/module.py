@@ -22,7 +22,8 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral_parts
-from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL, SPECTRAL_ATTRS,
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, FFT_TYPES, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL,
+                          SPECTRAL_ATTRS,
                           TYPED_RESULT, Kind, Op,
                           REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
@@ -354,6 +355,39 @@ class Module:
         _, (r_start, r_size) = qr_parts(x.shape, full_matrices)
         return self._add(Instr(Op.QR, x.dtype, (r_start + r_size,), (x,),
                                {"full_matrices": int(bool(full_matrices))}))
+
+    def fft(self, x: Instr, fft_type: int, fft_length: tuple) -> Instr:
+        """TF's FFT of kind ``FFT_TYPES[fft_type]`` over the last ``r = len(fft_length)``
+        (1-3) dims of x [B, dims...] (f32/f64; a complex operand or result is its real
+        view, one more trailing dim of 2).  fft/ifft: dims == fft_length, the same shape
+        out.  rfft: dims >= fft_length (cropped), out [B, fft_length] with the last
+        n // 2 + 1.  irfft: dims >= fft_length but the last >= n // 2 + 1 (cropped),
+        out [B, fft_length].  An empty x needs an empty result (TF leaves the rest
+        unwritten); ifft/irfft scale by 1 / prod(fft_length) as TF's."""
+        fft_length = tuple(int(n) for n in fft_length)
+        r = len(fft_length)
+        kind = FFT_TYPES[fft_type] if 0 <= fft_type < len(FFT_TYPES) else None
+        complex_in = kind in ("fft", "ifft", "irfft")
+        dims = x.shape[1:x.rank - complex_in]
+        bad = kind is None or not 1 <= r <= 3 or x.dtype not in LIBRARY_DTYPES \
+            or x.rank != 1 + r + complex_in or (complex_in and x.shape[-1] != 2) \
+            or min(fft_length, default=0) < 0
+        if not bad and kind in ("fft", "ifft"):
+            bad = dims != fft_length
+            out = dims
+        elif not bad:
+            least = fft_length[:-1] + ((fft_length[-1] // 2 + 1) if kind == "irfft" else fft_length[-1],)
+            bad = any(d < n for d, n in zip(dims, least) if d)
+            halved = kind == "rfft" and fft_length[-1] != 0
+            out = fft_length[:-1] + (fft_length[-1] // 2 + 1 if halved else fft_length[-1],)
+        if not bad:
+            shape = (x.shape[0],) + out + ((2,) if kind != "irfft" else ())
+            bad = x.size == 0 and math.prod(shape) != 0
+        if bad:
+            raise IRError(f"fft of {x.dtype.name}{list(x.shape)}: fft_type {fft_type}, fft_length "
+                          f"{list(fft_length)} is invalid")
+        return self._add(Instr(Op.FFT, x.dtype, shape, (x,), {"fft_type": int(fft_type),
+                                                                "fft_length": fft_length}))
 
     def matrix_op(self, op: Op, *operands: Instr, lower: bool = False, adjoint: bool = False) -> Instr:
         """A dense solver (``SOLVER_ATTRS``) of the non-empty square matrices a [B, M, M]

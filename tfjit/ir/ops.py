@@ -92,6 +92,33 @@ class Op(enum.Enum):
     LOG_LIBM = ("log-libm", Kind.ELEMENTWISE, 1)
     SIN_LIBM = ("sin-libm", Kind.ELEMENTWISE, 1)
     COS_LIBM = ("cos-libm", Kind.ELEMENTWISE, 1)
+    EXPM1_LIBM = ("expm1-libm", Kind.ELEMENTWISE, 1)   # Eigen's complex expm1 calls expm1f/expm1
+    # one part of the C library's complex function of (re, im) (csinf/csin ...: TF's
+    # complex kernels for these call it per element); ops.COMPLEX_LIBM names them
+    CSIN_RE = ("csin-re", Kind.ELEMENTWISE, 2)
+    CSIN_IM = ("csin-im", Kind.ELEMENTWISE, 2)
+    CCOS_RE = ("ccos-re", Kind.ELEMENTWISE, 2)
+    CCOS_IM = ("ccos-im", Kind.ELEMENTWISE, 2)
+    CSINH_RE = ("csinh-re", Kind.ELEMENTWISE, 2)
+    CSINH_IM = ("csinh-im", Kind.ELEMENTWISE, 2)
+    CCOSH_RE = ("ccosh-re", Kind.ELEMENTWISE, 2)
+    CCOSH_IM = ("ccosh-im", Kind.ELEMENTWISE, 2)
+    CTANH_RE = ("ctanh-re", Kind.ELEMENTWISE, 2)
+    CTANH_IM = ("ctanh-im", Kind.ELEMENTWISE, 2)
+    CTAN_RE = ("ctan-re", Kind.ELEMENTWISE, 2)
+    CTAN_IM = ("ctan-im", Kind.ELEMENTWISE, 2)
+    CASIN_RE = ("casin-re", Kind.ELEMENTWISE, 2)
+    CASIN_IM = ("casin-im", Kind.ELEMENTWISE, 2)
+    CACOS_RE = ("cacos-re", Kind.ELEMENTWISE, 2)
+    CACOS_IM = ("cacos-im", Kind.ELEMENTWISE, 2)
+    CATAN_RE = ("catan-re", Kind.ELEMENTWISE, 2)
+    CATAN_IM = ("catan-im", Kind.ELEMENTWISE, 2)
+    CASINH_RE = ("casinh-re", Kind.ELEMENTWISE, 2)
+    CASINH_IM = ("casinh-im", Kind.ELEMENTWISE, 2)
+    CACOSH_RE = ("cacosh-re", Kind.ELEMENTWISE, 2)
+    CACOSH_IM = ("cacosh-im", Kind.ELEMENTWISE, 2)
+    CATANH_RE = ("catanh-re", Kind.ELEMENTWISE, 2)
+    CATANH_IM = ("catanh-im", Kind.ELEMENTWISE, 2)
     # TF's kernels for these call the C library on every element (Eigen has no vector
     # version), so tfjit calls it too: bit-identical, scalar, CPU only
     TAN = ("tan", Kind.ELEMENTWISE, 1)
@@ -192,6 +219,9 @@ class Op(enum.Enum):
     # (compute_uv) U [B, M, P] and V [B, N, Q], P = M, Q = N (full_matrices) or P = Q = K
     SELF_ADJOINT_EIG = ("self-adjoint-eig", Kind.LIBRARY, 1)   # attrs: compute_v
     SVD = ("svd", Kind.LIBRARY, 1)                              # attrs: compute_uv, full_matrices
+    # TF's FFT kernels over the last len(fft_length) dims of x [B, dims...] (module.fft):
+    # complex values as their real views [..., 2]; attrs: fft_type (FFT_TYPES), fft_length
+    FFT = ("fft", Kind.LIBRARY, 1)
     # run-time indices (operands after the first (two): one integer scalar per dim, clamped
     # so the window fits, as HLO's)
     DYNAMIC_SLICE = ("dynamic-slice", Kind.MOVEMENT, -1)               # x, starts...; shape = sizes
@@ -228,10 +258,17 @@ SOLVER_ATTRS = {Op.TRIANGULAR_SOLVE: ("lower", "adjoint"), Op.MATRIX_SOLVE: ("ad
 
 # the spectral decompositions (module.spectral builds them) and the attributes each takes
 SPECTRAL_ATTRS = {Op.SELF_ADJOINT_EIG: ("compute_v",), Op.SVD: ("compute_uv", "full_matrices")}
+# Op.FFT's fft_type: complex -> complex forward/inverse, real -> complex, complex -> real
+FFT_TYPES = ("fft", "ifft", "rfft", "irfft")
 
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 SHIFTS = frozenset({Op.SHL, Op.SHR_LOGICAL, Op.SHR_ARITH})
-LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
+LIBM = frozenset({Op.LOG_LIBM, Op.SIN_LIBM, Op.COS_LIBM, Op.EXPM1_LIBM,
+                  Op.TAN, Op.SINH, Op.COSH, Op.ASINH, Op.ACOSH})
+# the complex C library ops: op -> (function, part: 0 real, 1 imaginary)
+COMPLEX_LIBM = {op: (op.spelling[1:].split("-")[0], int(op.spelling.endswith("-im")))
+                for op in Op if op.spelling.endswith(("-re", "-im")) and op.arity == 2}
+LIBM = LIBM | frozenset(COMPLEX_LIBM)
 SPECIAL = frozenset({Op.IGAMMA, Op.IGAMMAC, Op.BETAINC, Op.ZETA, Op.POLYGAMMA, Op.LGAMMA, Op.DIGAMMA,
                      Op.NDTRI, Op.ERFINV, Op.BESSEL_I0E, Op.BESSEL_I1E})
 # elementwise ops whose result type is not their operands' (written as the instruction's type)

@@ -265,6 +265,8 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.convolution(xs[0], xs[1], a("strides", ()), a("dilations", ()), a("padding", ()))
     elif op is Op.QR:
         instr = m.qr(xs[0], a("full_matrices", 0))
+    elif op is Op.FFT:
+        instr = m.fft(xs[0], a("fft_type", -1), a("fft_length", ()))
     elif op in SOLVER_ATTRS:
         instr = m.matrix_op(op, *xs, lower=a("lower", 0), adjoint=a("adjoint", 0))
     elif op is Op.LU:

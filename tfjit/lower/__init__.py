@@ -4,3 +4,4 @@ from tfjit.lower import (bitwise, conv, control_flow, elementwise, indexing, lin
 from tfjit.lower import batch_norm, image, indexing_nd, movement_grad, nn, nn_grad, pooling  # noqa: F401
 from tfjit.lower import decompositions, diag, lookup, quantize, space_batch, special  # noqa: F401
 from tfjit.lower import complex  # noqa: F401,E402  (after the real rules it splits)
+from tfjit.lower import fft  # noqa: F401,E402

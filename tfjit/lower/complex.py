@@ -13,10 +13,12 @@ movement, which fusion keeps inside the kernels that compute the values.
 Ops whose complex form is their real form on both parts (data movement, and ops linear
 in their complex operands: sums, scatter-adds, Select) are ``register_split``; the rest
 are ``register_complex`` rules below.  An op without either is refused ("no tfjit
-lowering for 'X' on complex64 tensors"): Sin, Cos, Tanh, Log1p, Expm1, the inverse and
-hyperbolic functions, Prod, Cumprod, segment products, complex -> bool casts, and Pow and
-Rsqrt, whose TF kernels (the C library's cpow, a scalar 1 / sqrt) give zeros and
-infinities signs that exp(y log x) and Eigen's vectorised division do not reproduce.
+lowering for 'X' on complex64 tensors"): Prod, Cumprod, segment products (the IR
+reduces real values only), complex -> bool casts, Log1p (Eigen's scalar log1p divides
+and multiplies with C99's recovery, compiler-rt's __divsc3/__mulsc3, after the C
+library's atan2: not reproduced yet), and Pow and Rsqrt, whose TF kernels (the C
+library's cpow, a scalar 1 / sqrt) give zeros and infinities signs that exp(y log x)
+and Eigen's vectorised division do not reproduce.
 """
 from __future__ import annotations
 
@@ -55,6 +57,20 @@ def pack(m: Module, c: Complex) -> Instr:
     """The real view (shape + [2]) of complex value ``c``."""
     shape = c.shape + (1,)
     return m.concat([m.reshape(c.re, shape), m.reshape(c.im, shape)], len(c.shape))
+
+
+def view(m: Module, c: Complex) -> Instr:
+    """The real view of ``c`` for an operand that reads memory (a library call): the
+    view ``c`` was unpacked from when it still is one (a parameter, a library result),
+    else ``pack``."""
+    parts = []
+    for k, x in enumerate((c.re, c.im)):
+        s = x.operands[0] if x.op is Op.RESHAPE else None
+        if s is None or s.op is not Op.SLICE or s.operands[0].shape != c.shape + (2,) \
+                or s.attrs["starts"] != (0,) * len(c.shape) + (k,) or any(t != 1 for t in s.attrs["strides"]):
+            return pack(m, c)
+        parts.append(s.operands[0])
+    return parts[0] if parts[0] is parts[1] else pack(m, c)
 
 
 def constant(m: Module, value, dtype: dt.DType) -> Complex:
@@ -198,6 +214,18 @@ register_complex("Angle")(lambda ctx: ctx.m.elementwise(Op.ATAN2, _c(ctx, 0).im,
 register_complex("Sign")(lambda ctx: cm.sign(ctx.m, _c(ctx, 0)))
 register_complex("Sqrt")(lambda ctx: cm.sqrt(ctx.m, _c(ctx, 0)))
 register_complex("Exp")(lambda ctx: cm.exp(ctx.m, _c(ctx, 0)))
+register_complex("Expm1")(lambda ctx: cm.expm1(ctx.m, _c(ctx, 0)))
+
+
+@register_complex("Sin", "Cos", "Tan", "Sinh", "Cosh", "Tanh", "Asin", "Acos", "Atan", "Asinh",
+                  "Acosh", "Atanh")
+def _complex_libm(ctx):
+    """TF's kernels call the C library's csin, ccos, ctan, csinh, ..., catanh (std::sin
+    of a std::complex ...; Eigen has no vector form): so does the compiled code, per element
+    (ir: the csin-re/csin-im ... ops), so every result, special values included, is TF's."""
+    z = _c(ctx, 0)
+    re, im = (Op.from_spelling(f"c{ctx.node.op.lower()}-{part}") for part in ("re", "im"))
+    return Complex(ctx.m.elementwise(re, z.re, z.im), ctx.m.elementwise(im, z.re, z.im))
 register_complex("Log")(lambda ctx: cm.log(ctx.m, _c(ctx, 0)))
 
 

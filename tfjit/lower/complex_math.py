@@ -236,3 +236,15 @@ def log(m: Module, z: Complex) -> Complex:
     """Eigen's plog_complex: (log |z|, atan2(y, x)); |z| infinite when a part is."""
     return Complex(_e(m, Op.LOG, abs_(m, z)), _e(m, Op.ATAN2, z.im, z.re))
 
+
+
+def expm1(m: Module, z: Complex) -> Complex:
+    """Eigen's scalar complex expm1 (TF's kernel: no vector form for complex), in real
+    arithmetic over the C library's expm1 and sin, so every special value is TF's:
+    e1 = expm1(x), e = e1 + 1: (e1 - 2 e sin(y / 2)^2, e sin y)."""
+    x, y = z.re, z.im
+    e1 = _e(m, Op.EXPM1_LIBM, x)
+    e = _e(m, Op.ADD, e1, full(m, 1.0, x))
+    half = _e(m, Op.SIN_LIBM, _e(m, Op.DIV, y, full(m, 2.0, y)))
+    twice = _e(m, Op.MUL, _e(m, Op.MUL, full(m, 2.0, x), e), _e(m, Op.MUL, half, half))
+    return Complex(_e(m, Op.SUB, e1, twice), _e(m, Op.MUL, e, _e(m, Op.SIN_LIBM, y)))

@@ -86,7 +86,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
     for j, value in enumerate(m.outputs):
         if isinstance(value, Complex):   # its real view; the launch op sees the complex type
             m.complex_outputs[j] = value.dtype
-            m.outputs[j] = complex_values.pack(m, value)
+            m.outputs[j] = complex_values.view(m, value)
     m.folder = None
     return m
 

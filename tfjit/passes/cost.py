@@ -27,6 +27,7 @@ once per kernel that recomputes them, since each does that work again.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from tfjit.ir.ops import LIBM, SOLVER_ATTRS, SPECIAL, SPECTRAL_ATTRS, Kind, Op
 from tfjit.passes import fusion as fusion_mod
@@ -119,6 +120,9 @@ def library_flops(i) -> int:
         b, m, n = i.operands[0].shape
         k = min(m, n)
         return b * 2 * (2 * max(m, n) * k * k - 2 * k ** 3 // 3)
+    if i.op is Op.FFT:        # 5 n log2 n per transform of n complex points (Cooley-Tukey's count)
+        n = math.prod(i.attrs["fft_length"])
+        return i.shape[0] * 5 * n * max(n.bit_length() - 1, 1)
     if i.op in SOLVER_ATTRS:     # LAPACK's counts: LU 2/3 m^3, Cholesky 1/3 m^3, a solve m^2 per column
         b, m, _ = i.operands[0].shape
         columns = i.operands[1].shape[2] if len(i.operands) > 1 else m

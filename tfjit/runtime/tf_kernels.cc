@@ -41,7 +41,7 @@
 //   tfjit_rt_qr_<t>(runtime, kernel, TFJIT_QR_PARAMS)
 //     TF's Qr: Q then R of each of `batch` m x n matrices, packed in `out`.
 //   The dense solvers (MatrixTriangularSolve, MatrixSolve, Cholesky, MatrixInverse,
-//   MatrixDeterminant, LogMatrixDeterminant) are tf_solvers.cc's.
+//   MatrixDeterminant, LogMatrixDeterminant) are tf_solvers.cc's, the FFTs tf_fft.cc's.
 //   (The parameter lists are spelled out in linalg.h.)
 
 #include <algorithm>
@@ -62,6 +62,7 @@
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/node_def_util.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_def_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
@@ -168,11 +169,12 @@ absl::StatusOr<std::unique_ptr<OpKernel>> CreateKernel(OpKernelContext* ctx,
   def.set_name(absl::StrCat("tfjit_", spec.op));
   def.set_op(op);
   for (int i = 0; i < spec.num_inputs; ++i) def.add_input(absl::StrCat("input", i));
-  AddNodeAttr("T", spec.dtype, &def);
-  if (label != nullptr) AddNodeAttr("_kernel", label, &def);
-  spec.attrs(&def);
   const OpDef* op_def = nullptr;
   TF_RETURN_IF_ERROR(OpRegistry::Global()->LookUpOpDef(op, &op_def));
+  // ops typed by other attributes (the FFTs' Tcomplex/Treal) set them in spec.attrs
+  if (FindAttr("T", *op_def) != nullptr) AddNodeAttr("T", spec.dtype, &def);
+  if (label != nullptr) AddNodeAttr("_kernel", label, &def);
+  spec.attrs(&def);
   AddDefaultsToNodeDef(*op_def, &def);
   absl::Status status;
   std::unique_ptr<OpKernel> kernel =
