@@ -207,6 +207,9 @@ def spectral(instr, x):
     out = np.zeros(instr.shape, x.dtype)
     for part, (start, size) in zip(parts, spectral_parts(instr.op, x.shape, attrs)):
         out[start:start + size] = part.reshape(-1)
+    return out
+
+
 def fft(instr, x):
     """Op.FFT: numpy's FFT over the last len(fft_length) dims of x [B, dims...] (real
     views of complex values: module.fft); rfft/irfft crop x to fft_length as TF's kernel."""
