@@ -85,23 +85,23 @@ def _batch_to_space_nd(ctx: LowerCtx):
     return batch_to_space(ctx, ctx.inputs[0], block, _pairs(ctx, 2, "crops", len(block)))
 
 
-@register("SpaceToBatch", dtypes=registry.ALL, const_inputs=(1,))
-def _space_to_batch(ctx: LowerCtx):
-    """The 4-D NHWC form, one block size for both spatial dimensions."""
+def _square_block(ctx: LowerCtx) -> list:
+    """The old 4-D NHWC ops' one block size for both spatial dimensions, as [b, b]."""
     b = int(ctx.attr("block_size", 0))
     if ctx.inputs[0].rank != 4 or b < 2:
-        raise Unsupported(f"SpaceToBatch: a 4-D input and block_size >= 2, got "
+        raise Unsupported(f"{ctx.node.op}: a 4-D input and block_size >= 2, got "
                           f"{list(ctx.inputs[0].shape)} and {b}")
-    return space_to_batch(ctx, ctx.inputs[0], [b, b], _pairs(ctx, 1, "paddings", 2))
+    return [b, b]
+
+
+@register("SpaceToBatch", dtypes=registry.ALL, const_inputs=(1,))
+def _space_to_batch(ctx: LowerCtx):
+    return space_to_batch(ctx, ctx.inputs[0], _square_block(ctx), _pairs(ctx, 1, "paddings", 2))
 
 
 @register("BatchToSpace", dtypes=registry.ALL, const_inputs=(1,))
 def _batch_to_space(ctx: LowerCtx):
-    b = int(ctx.attr("block_size", 0))
-    if ctx.inputs[0].rank != 4 or b < 2:
-        raise Unsupported(f"BatchToSpace: a 4-D input and block_size >= 2, got "
-                          f"{list(ctx.inputs[0].shape)} and {b}")
-    return batch_to_space(ctx, ctx.inputs[0], [b, b], _pairs(ctx, 1, "crops", 2))
+    return batch_to_space(ctx, ctx.inputs[0], _square_block(ctx), _pairs(ctx, 1, "crops", 2))
 
 
 @register("Roll", dtypes=registry.ALL, const_inputs=(1, 2))
