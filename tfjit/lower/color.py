@@ -1,0 +1,214 @@
+"""Lowerings of TF's colour-space image ops: RGBToHSV, HSVToRGB, AdjustSaturation,
+AdjustHue and AdjustContrastv2, in the arithmetic of TF's CPU kernels.
+
+TF has three HSV conversions and each op keeps its own: RGBToHSV/HSVToRGB are Eigen
+expressions in the image's type (colorspace_op.h: ``norm = (1 / range) * (1/6)``,
+the clamped-ramp inverse); AdjustSaturation's float kernel converts per pixel with
+``norm = 1 / (6 range)``, adds the 2/6 and 4/6 offsets in double, and converts back
+by hue sector (adjust_saturation_op.cc); AdjustHue's works on hue in [0, 6) with the
+pixel's min and max only (adjust_hue_op.cc).  The channel is the last dimension;
+every rule slices it into three planes and concatenates the results.
+"""
+from __future__ import annotations
+
+from tfjit import dtypes as dt
+from tfjit.ir.ops import Op
+from tfjit.lower.reduce import reduce_axes
+from tfjit.lower.registry import InvalidArgument, register, scalar_like
+
+
+class _E:
+    """Elementwise shorthand over one plane shape (every operand has it)."""
+
+    def __init__(self, m, like):
+        self.m, self.like = m, like
+
+    def c(self, v, like=None):
+        return scalar_like(self.m, v, like if like is not None else self.like)
+
+    def __getattr__(self, name):
+        op = getattr(Op, name.rstrip("_").upper())
+        return lambda *xs: self.m.elementwise(op, *xs)
+
+    def sel(self, p, a, b):
+        return self.m.elementwise(Op.SELECT, p, a, b)
+
+
+def _planes(ctx, x):
+    """The three channel planes of ``x`` (last dimension 3), TF's checks first."""
+    op = ctx.node.op
+    if x.rank < 1 or x.shape[-1] != 3:
+        if op in ("AdjustHue", "AdjustSaturation"):
+            if x.rank < 3:
+                raise InvalidArgument(f"input must be at least 3-D, got shape{list(x.shape)}")
+            raise InvalidArgument(f"input must have 3 channels but instead has {x.shape[-1]} channels.")
+        raise InvalidArgument(f"input must have 3 channels but input only has "
+                              f"{x.shape[-1] if x.rank else 0} channels.")
+    if op in ("AdjustHue", "AdjustSaturation") and x.rank < 3:
+        raise InvalidArgument(f"input must be at least 3-D, got shape{list(x.shape)}")
+    m = ctx.m
+    size = x.shape[:-1] + (1,)
+    return [m.slice(x, (0,) * (x.rank - 1) + (i,), size) for i in range(3)]
+
+
+def _scalar(ctx, i, like, what):
+    v = ctx.inputs[i]
+    if v.rank != 0:
+        raise InvalidArgument(f"{what} must be scalar: {list(v.shape)}")
+    return ctx.m.broadcast(v, like.shape, ())
+
+
+def _join(ctx, planes):
+    return ctx.m.concat(planes, planes[0].rank - 1)
+
+
+def _np(like, v):
+    """``v`` as a numpy scalar of ``like``'s type (so constant quotients round as in T)."""
+    return like.dtype.numpy().type(v)
+
+
+def _max3(e, r, g, b):
+    """std::max(r, std::max(g, b)) (no NaNs are defined here)."""
+    return e.max(r, e.max(g, b))
+
+
+def _min3(e, r, g, b):
+    return e.min(r, e.min(g, b))
+
+
+@register("RGBToHSV", dtypes=(dt.F32, dt.F64))
+def _rgb_to_hsv(ctx):
+    r, g, b = _planes(ctx, ctx.inputs[0])
+    e = _E(ctx.m, r)
+    v = _max3(e, r, g, b)
+    rng = e.sub(v, _min3(e, r, g, b))
+    s = e.sel(e.gt(v, e.c(0)), e.div(rng, v), e.c(0))
+    norm = e.mul(e.div(e.c(1), rng), e.c(_np(r, 1) / _np(r, 6)))
+    two, four = _np(r, 2) / _np(r, 6), _np(r, 4) / _np(r, 6)
+    h = e.sel(e.eq(r, v), e.mul(norm, e.sub(g, b)),
+              e.sel(e.eq(g, v), e.add(e.mul(norm, e.sub(b, r)), e.c(two)),
+                    e.add(e.mul(norm, e.sub(r, g)), e.c(four))))
+    h = e.sel(e.gt(rng, e.c(0)), h, e.c(0))
+    h = e.sel(e.lt(h, e.c(0)), e.add(h, e.c(1)), h)
+    return _join(ctx, [h, s, v])
+
+
+@register("HSVToRGB", dtypes=(dt.F32, dt.F64))
+def _hsv_to_rgb(ctx):
+    h, s, v = _planes(ctx, ctx.inputs[0])
+    e = _E(ctx.m, h)
+    dh = e.mul(h, e.c(6))
+
+    def clamp(x):
+        return e.min(e.max(x, e.c(0)), e.c(1))
+    dr = clamp(e.sub(e.abs(e.sub(dh, e.c(3))), e.c(1)))
+    dg = clamp(e.add(e.neg(e.abs(e.sub(dh, e.c(2)))), e.c(2)))
+    db = clamp(e.add(e.neg(e.abs(e.sub(dh, e.c(4)))), e.c(2)))
+    one_s = e.add(e.neg(s), e.c(1))
+    return _join(ctx, [e.mul(e.add(one_s, e.mul(s, d)), v) for d in (dr, dg, db)])
+
+
+def _sector_select(e, cat, cases):
+    """cases[k] where cat == k (k = 0..len-2), else the last entry (the default)."""
+    out = cases[-1]
+    for k in reversed(range(len(cases) - 1)):
+        out = tuple(e.sel(e.eq(cat, e.c(k, cat)), a, o) for a, o in zip(cases[k], out))
+    return out
+
+
+@register("AdjustSaturation", dtypes=(dt.F32,))
+def _adjust_saturation(ctx):
+    m = ctx.m
+    r, g, b = _planes(ctx, ctx.inputs[0])
+    e = _E(m, r)
+    scale = _scalar(ctx, 1, r, "scale")
+    # rgb_to_hsv, the kernel's float version
+    vv = _max3(e, r, g, b)
+    rng = e.sub(vv, _min3(e, r, g, b))
+    s = e.sel(e.gt(vv, e.c(0)), e.div(rng, vv), e.c(0))
+    norm = e.div(e.c(1), e.mul(e.c(6), rng))
+
+    def plus_double(x, k):       # float + 2.0/6.0: added in double, rounded once
+        wide = m.convert(x, dt.F64)
+        return m.convert(m.elementwise(Op.ADD, wide, scalar_like(m, k / 6.0, wide)), dt.F32)
+    h = e.sel(e.eq(r, vv), e.mul(norm, e.sub(g, b)),
+              e.sel(e.eq(g, vv), plus_double(e.mul(norm, e.sub(b, r)), 2.0),
+                    plus_double(e.mul(norm, e.sub(r, g)), 4.0)))
+    h = e.sel(e.le(rng, e.c(0)), e.c(0), h)
+    h = e.sel(e.lt(h, e.c(0)), e.add(h, e.c(1)), h)
+    s = e.min(e.c(1), e.max(e.c(0), e.mul(s, scale)))     # std::min(1, std::max(0, .)): NaN stays 0/1
+    # hsv_to_rgb
+    c = e.mul(s, vv)
+    mm = e.sub(vv, c)
+    dh = e.mul(h, e.c(6))
+    cat = m.convert(dh, dt.I32)
+    # fmodu: dh reduced into [0, 2) by adding/subtracting 2 (exact: dh = h * 6 >= 0 here)
+    fmodu = e.sub(dh, e.mul(e.c(2), e.floor(e.mul(dh, e.c(0.5)))))
+    x = e.mul(c, e.sub(e.c(1), e.abs(e.sub(fmodu, e.c(1)))))
+    z = e.c(0)
+    rr, gg, bb = _sector_select(e, cat, [(c, x, z), (x, c, z), (z, c, x), (z, x, c), (x, z, c),
+                                         (c, z, x), (z, z, z)])
+    return _join(ctx, [e.add(rr, mm), e.add(gg, mm), e.add(bb, mm)])
+
+
+@register("AdjustHue", dtypes=(dt.F32,))
+def _adjust_hue(ctx):
+    """Hue in [0, 6) from the sorted channels (rgb_to_hv_range), shifted by delta * 6
+    and brought back into [0, 6) as the kernel's loops do: by adding or subtracting 6
+    in float, one step at a time.  Two steps each way cover every |delta| <= 1 (the
+    documented range); a larger delta ends with one exact floor reduction instead,
+    which can differ from the loop's accumulated roundings in the last bit."""
+    m = ctx.m
+    r, g, b = _planes(ctx, ctx.inputs[0])
+    e = _E(m, r)
+    delta = _scalar(ctx, 1, r, "delta")
+    lt, gt = e.lt, e.gt
+
+    def pick(p, a, q):
+        return tuple(e.sel(p, x, y) for x, y in zip(a, q))
+    ci = lambda k: e.c(k, e.c(0))   # noqa: E731  (category as float: exact small ints)
+    # (v_max, v_mid, v_min, category) by the kernel's comparison tree
+    r_lt_g = (pick(lt(b, r), (g, r, b, ci(1)), pick(gt(b, g), (b, g, r, ci(3)), (g, b, r, ci(2)))))
+    r_ge_g = (pick(lt(b, g), (r, g, b, ci(0)), pick(gt(b, r), (b, r, g, ci(4)), (r, b, g, ci(5)))))
+    vmax, vmid, vmin, cat = pick(lt(r, g), r_lt_g, r_ge_g)
+    ratio = e.div(e.sub(vmid, vmin), e.sub(vmax, vmin))
+    odd = e.eq(e.sub(cat, e.mul(e.c(2), e.floor(e.mul(cat, e.c(0.5))))), e.c(1))
+    h = e.add(cat, e.sel(odd, e.sub(e.c(1), ratio), ratio))
+    h = e.sel(e.eq(vmax, vmin), e.c(0), h)
+    h = e.add(h, e.mul(delta, e.c(6)))
+    for _ in range(2):
+        h = e.sel(lt(h, e.c(0)), e.add(h, e.c(6)), h)
+    for _ in range(2):
+        h = e.sel(e.ge(h, e.c(6)), e.sub(h, e.c(6)), h)
+    out_of_range = e.or_(lt(h, e.c(0)), e.ge(h, e.c(6)))
+    h = e.sel(out_of_range, e.sub(h, e.mul(e.c(6), e.floor(e.div(h, e.c(6))))), h)
+    h = e.sel(e.ge(h, e.c(6)), e.c(0), h)         # the floor form rounding up to 6
+    # hv_range_to_rgb
+    hcat = e.floor(h)                 # static_cast<int>(h), h >= 0
+    rt = e.sub(h, hcat)
+    odd = e.eq(e.sub(hcat, e.mul(e.c(2), e.floor(e.mul(hcat, e.c(0.5))))), e.c(1))
+    rt = e.sel(odd, e.sub(e.c(1), rt), rt)
+    vmid = e.add(vmin, e.mul(rt, e.sub(vmax, vmin)))
+    cases = [(vmax, vmid, vmin), (vmid, vmax, vmin), (vmin, vmax, vmid), (vmin, vmid, vmax),
+             (vmid, vmin, vmax), (vmax, vmin, vmid)]
+    return _join(ctx, list(_sector_select(e, hcat, cases)))
+
+
+@register("AdjustContrastv2", dtypes=(dt.F16, dt.F32), half_in_f32=True)
+def _adjust_contrast(ctx):
+    """(x - mean) * factor + mean, the mean per image and channel over height and width."""
+    m, x = ctx.m, ctx.inputs[0]
+    if x.rank < 3:
+        raise InvalidArgument(f"input must be at least 3-D, got shape{list(x.shape)}")
+    factor = ctx.inputs[1]
+    if factor.rank != 0:
+        raise InvalidArgument(f"contrast_factor must be scalar: {list(factor.shape)}")
+    factor = m.convert(factor, x.dtype)
+    hw = [x.rank - 3, x.rank - 2]
+    count = x.shape[hw[0]] * x.shape[hw[1]]
+    total = reduce_axes(m, x, "sum", hw, True)
+    mean = m.elementwise(Op.DIV, total, m.broadcast(m.scalar(float(max(count, 1)), x.dtype), total.shape, ()))
+    mean = m.broadcast(m.reshape(mean, [s for i, s in enumerate(x.shape) if i not in hw]), x.shape,
+                       [i for i in range(x.rank) if i not in hw])
+    e = _E(m, x)
+    return e.add(e.mul(e.sub(x, mean), m.broadcast(factor, x.shape, ())), mean)
