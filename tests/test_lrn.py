@@ -1,0 +1,38 @@
+"""LRN and LRNGrad (tfjit/lower/lrn.py) against TF's CPU kernels: the depth window
+narrower and wider than the depth, beta's special cases (1, 0.5) and a general one,
+one pixel, prime sizes, a band-matmul window, halves."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+
+R = tf.raw_ops
+CASES = [  # (shape, depth_radius, bias, alpha, beta)
+    ((1, 1, 1, 1), 5, 1.0, 1.0, 0.5),
+    ((2, 3, 5, 7), 2, 1.0, 0.3, 0.75),
+    ((1, 2, 3, 11), 1, 2.0, 1e-4, 1.0),
+    ((1, 1, 2, 6), 0, 0.5, 0.2, 0.5),
+    ((3, 1, 1, 5), 9, 1.5, 0.1, 0.3),
+    ((1, 2, 2, 40), 20, 1.0, 0.01, 0.75),      # 41-channel window: band matmul
+]
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-r{c[1]}-b{c[4]}")
+def test_lrn_and_its_gradient_match_tf(case, dtype, rng):
+    shape, radius, bias, alpha, beta = case
+    x = tf.constant(rng.standard_normal(shape), dtype)
+    g = tf.constant(rng.standard_normal(shape), dtype)
+    kw = dict(depth_radius=radius, bias=bias, alpha=alpha, beta=beta)
+
+    def fn(x, g):
+        y = R.LRN(input=x, **kw)
+        return y, R.LRNGrad(input_grads=g, input_image=x, output_image=y, **kw)
+    got, want = tfjit.function(fn)(x, g), tf.function(fn)(x, g)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == tf.float32 else dict(rtol=5e-3, atol=2e-3)
+    assert_matches(got[0].numpy(), want[0].numpy(), what="LRN", **tol)
+    assert_matches(got[1].numpy(), want[1].numpy(), what="LRNGrad", **tol)
