@@ -31,7 +31,7 @@ def _same(fn, *args, **tol):
     assert_matches(got.numpy(), want.numpy(), **tol)
 
 
-@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64, tf.float16, tf.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_rgb_hsv_round_trip_matches_tf(shape, dtype, rng):
     x = _pixels(rng, shape, dtype)

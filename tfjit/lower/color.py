@@ -11,23 +11,33 @@ every rule slices it into three planes and concatenates the results.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
+from tfjit.lower.halfmath import HALVES, Arith
 from tfjit.lower.reduce import reduce_axes
-from tfjit.lower.registry import InvalidArgument, register, scalar_like
+from tfjit.lower.registry import FLOATS, InvalidArgument, register, scalar_like
 
 
 class _E:
-    """Elementwise shorthand over one plane shape (every operand has it)."""
+    """Elementwise shorthand over one plane shape (every operand has it).  With an
+    ``Arith`` (halves) every result and constant is rounded to the half type, as
+    Eigen's half arithmetic rounds each step."""
 
-    def __init__(self, m, like):
-        self.m, self.like = m, like
+    def __init__(self, m, like, arith=None):
+        self.m, self.like, self.arith = m, like, arith
 
     def c(self, v, like=None):
-        return scalar_like(self.m, v, like if like is not None else self.like)
+        like = like if like is not None else self.like
+        if self.arith is not None and like.dtype is self.arith.compute:
+            return self.arith.like(v, like)
+        return scalar_like(self.m, v, like)
 
     def __getattr__(self, name):
         op = getattr(Op, name.rstrip("_").upper())
+        if self.arith is not None:
+            return lambda *xs: self.arith.op(op, *xs)
         return lambda *xs: self.m.elementwise(op, *xs)
 
     def sel(self, p, a, b):
@@ -62,9 +72,9 @@ def _join(ctx, planes):
     return ctx.m.concat(planes, planes[0].rank - 1)
 
 
-def _np(like, v):
-    """``v`` as a numpy scalar of ``like``'s type (so constant quotients round as in T)."""
-    return like.dtype.numpy().type(v)
+def _np(dtype, v):
+    """``v`` as a numpy scalar of ``dtype`` (so constant quotients round as in T)."""
+    return np.dtype(dtype.numpy()).type(v)
 
 
 def _max3(e, r, g, b):
@@ -76,27 +86,29 @@ def _min3(e, r, g, b):
     return e.min(r, e.min(g, b))
 
 
-@register("RGBToHSV", dtypes=(dt.F32, dt.F64))
+@register("RGBToHSV", dtypes=FLOATS)
 def _rgb_to_hsv(ctx):
-    r, g, b = _planes(ctx, ctx.inputs[0])
-    e = _E(ctx.m, r)
+    t, ar = ctx.inputs[0].dtype, Arith(ctx.m, ctx.inputs[0].dtype)
+    r, g, b = _planes(ctx, ar.load(ctx.inputs[0]))
+    e = _E(ctx.m, r, ar if t in HALVES else None)
     v = _max3(e, r, g, b)
     rng = e.sub(v, _min3(e, r, g, b))
     s = e.sel(e.gt(v, e.c(0)), e.div(rng, v), e.c(0))
-    norm = e.mul(e.div(e.c(1), rng), e.c(_np(r, 1) / _np(r, 6)))
-    two, four = _np(r, 2) / _np(r, 6), _np(r, 4) / _np(r, 6)
+    norm = e.mul(e.div(e.c(1), rng), e.c(_np(t, 1) / _np(t, 6)))
+    two, four = _np(t, 2) / _np(t, 6), _np(t, 4) / _np(t, 6)
     h = e.sel(e.eq(r, v), e.mul(norm, e.sub(g, b)),
               e.sel(e.eq(g, v), e.add(e.mul(norm, e.sub(b, r)), e.c(two)),
                     e.add(e.mul(norm, e.sub(r, g)), e.c(four))))
     h = e.sel(e.gt(rng, e.c(0)), h, e.c(0))
     h = e.sel(e.lt(h, e.c(0)), e.add(h, e.c(1)), h)
-    return _join(ctx, [h, s, v])
+    return ar.store(_join(ctx, [h, s, v]))
 
 
-@register("HSVToRGB", dtypes=(dt.F32, dt.F64))
+@register("HSVToRGB", dtypes=FLOATS)
 def _hsv_to_rgb(ctx):
-    h, s, v = _planes(ctx, ctx.inputs[0])
-    e = _E(ctx.m, h)
+    t, ar = ctx.inputs[0].dtype, Arith(ctx.m, ctx.inputs[0].dtype)
+    h, s, v = _planes(ctx, ar.load(ctx.inputs[0]))
+    e = _E(ctx.m, h, ar if t in HALVES else None)
     dh = e.mul(h, e.c(6))
 
     def clamp(x):
@@ -105,7 +117,7 @@ def _hsv_to_rgb(ctx):
     dg = clamp(e.add(e.neg(e.abs(e.sub(dh, e.c(2)))), e.c(2)))
     db = clamp(e.add(e.neg(e.abs(e.sub(dh, e.c(4)))), e.c(2)))
     one_s = e.add(e.neg(s), e.c(1))
-    return _join(ctx, [e.mul(e.add(one_s, e.mul(s, d)), v) for d in (dr, dg, db)])
+    return ar.store(_join(ctx, [e.mul(e.add(one_s, e.mul(s, d)), v) for d in (dr, dg, db)]))
 
 
 def _sector_select(e, cat, cases):
