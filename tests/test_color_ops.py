@@ -71,3 +71,15 @@ def test_adjust_contrast_matches_tf(shape, dtype, rng):
         else:
             _same(fn, x, tf.constant(factor))
 
+
+
+@pytest.mark.parametrize("fn, shape", [
+    (lambda x: R.RGBToHSV(images=x), [0, 3]),
+    (lambda x: R.HSVToRGB(images=x), [2, 0, 3]),
+    (lambda x: R.AdjustHue(images=x, delta=0.3), [2, 0, 3]),
+    (lambda x: R.AdjustSaturation(images=x, scale=0.3), [0, 2, 3]),
+    (lambda x: R.AdjustContrastv2(images=x, contrast_factor=0.3), [1, 0, 2, 3]),
+    (lambda x: R.AdjustContrastv2(images=x, contrast_factor=0.3), [2, 3, 2, 0]),
+], ids=["rgb2hsv", "hsv2rgb", "hue", "saturation", "contrast-h0", "contrast-c0"])
+def test_empty_images(fn, shape):
+    _same(fn, tf.zeros(shape))

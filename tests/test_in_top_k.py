@@ -44,3 +44,10 @@ def test_in_top_k_v1_matches_tf(shape, rng):
     for k in (1, 2):
         fn = lambda p, t, k=k: R.InTopK(predictions=p, targets=t, k=k)  # noqa: E731
         assert_matches(tfjit.function(fn)(p, t).numpy(), fn(p, t).numpy())
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0)], ids=str)
+def test_empty_batch_or_classes(shape):
+    p, t = tf.zeros(shape), tf.zeros(shape[:1], tf.int32)
+    fn = lambda p, t: R.InTopKV2(predictions=p, targets=t, k=1)  # noqa: E731
+    assert_matches(tfjit.function(fn)(p, t).numpy(), fn(p, t).numpy())

@@ -36,3 +36,10 @@ def test_lrn_and_its_gradient_match_tf(case, dtype, rng):
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == tf.float32 else dict(rtol=5e-3, atol=2e-3)
     assert_matches(got[0].numpy(), want[0].numpy(), what="LRN", **tol)
     assert_matches(got[1].numpy(), want[1].numpy(), what="LRNGrad", **tol)
+
+
+@pytest.mark.parametrize("shape, radius", [((0, 2, 2, 40), 20), ((1, 2, 2, 0), 5)], ids=["batch0", "depth0"])
+def test_empty_inputs(shape, radius):
+    x = tf.zeros(shape)
+    fn = lambda x: R.LRN(input=x, depth_radius=radius)  # noqa: E731
+    assert_matches(tfjit.function(fn)(x).numpy(), fn(x).numpy())
