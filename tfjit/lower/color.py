@@ -166,10 +166,10 @@ def _adjust_saturation(ctx):
 @register("AdjustHue", dtypes=(dt.F32,))
 def _adjust_hue(ctx):
     """Hue in [0, 6) from the sorted channels (rgb_to_hv_range), shifted by delta * 6
-    and brought back into [0, 6) as the kernel's loops do: by adding or subtracting 6
-    in float, one step at a time.  Two steps each way cover every |delta| <= 1 (the
-    documented range); a larger delta ends with one exact floor reduction instead,
-    which can differ from the loop's accumulated roundings in the last bit."""
+    and brought back into [0, 6) as the kernel's loops do, by adding or subtracting 6.
+    Below 2^24 every such step is exact except the one that crosses 0 from below (the
+    result has a coarser ulp), so the loops equal an exact fmod by 6, then one rounded
+    + 6 for a negative remainder, then - 6 if that rounded up to 6."""
     m = ctx.m
     r, g, b = _planes(ctx, ctx.inputs[0])
     e = _E(m, r)
@@ -188,13 +188,9 @@ def _adjust_hue(ctx):
     h = e.add(cat, e.sel(odd, e.sub(e.c(1), ratio), ratio))
     h = e.sel(e.eq(vmax, vmin), e.c(0), h)
     h = e.add(h, e.mul(delta, e.c(6)))
-    for _ in range(2):
-        h = e.sel(lt(h, e.c(0)), e.add(h, e.c(6)), h)
-    for _ in range(2):
-        h = e.sel(e.ge(h, e.c(6)), e.sub(h, e.c(6)), h)
-    out_of_range = e.or_(lt(h, e.c(0)), e.ge(h, e.c(6)))
-    h = e.sel(out_of_range, e.sub(h, e.mul(e.c(6), e.floor(e.div(h, e.c(6))))), h)
-    h = e.sel(e.ge(h, e.c(6)), e.c(0), h)         # the floor form rounding up to 6
+    h = e.rem(h, e.c(6))                            # fmod: exact, the dividend's sign
+    h = e.sel(lt(h, e.c(0)), e.add(h, e.c(6)), h)
+    h = e.sel(e.ge(h, e.c(6)), e.sub(h, e.c(6)), h)
     # hv_range_to_rgb
     hcat = e.floor(h)                 # static_cast<int>(h), h >= 0
     rt = e.sub(h, hcat)
