@@ -44,11 +44,11 @@ def test_rgb_hsv_round_trip_matches_tf(shape, dtype, rng):
     _same(lambda x: R.HSVToRGB(images=x), edges, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("scale", [0.0, 0.4, 1.0, 2.5, -1.0])
+@pytest.mark.parametrize("scale", [0.0, 0.4, 1.0, 2.5, -1.0, np.inf, np.nan])
 @pytest.mark.parametrize("shape", [(1, 1, 3), (3, 7, 11, 3)], ids=str)
 def test_adjust_saturation_matches_tf(shape, scale, rng):
     x = _pixels(rng, shape, tf.float32)
-    _same(lambda x, s: R.AdjustSaturation(images=x, scale=s), x, tf.constant(scale), rtol=0, atol=0)
+    _same(lambda x, s: R.AdjustSaturation(images=x, scale=s), x, tf.constant(scale, tf.float32), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("delta", [0.0, 0.2, -0.7, 1.0, -1.0, 0.5, 1e-9, -1e-9, 2.3, -3.7, 10.25, -1000.1])

@@ -135,8 +135,13 @@ def _adjust_saturation(ctx):
     e = _E(m, r)
     scale = _scalar(ctx, 1, r, "scale")
     # rgb_to_hsv, the kernel's float version
-    vv = _max3(e, r, g, b)
-    rng = e.sub(vv, _min3(e, r, g, b))
+    def std_max(a, b):           # std::max: (a < b) ? b : a, so a NaN b is dropped
+        return e.sel(e.lt(a, b), b, a)
+
+    def std_min(a, b):           # std::min: (b < a) ? b : a
+        return e.sel(e.lt(b, a), b, a)
+    vv = std_max(r, std_max(g, b))
+    rng = e.sub(vv, std_min(r, std_min(g, b)))
     s = e.sel(e.gt(vv, e.c(0)), e.div(rng, vv), e.c(0))
     norm = e.div(e.c(1), e.mul(e.c(6), rng))
 
@@ -148,7 +153,7 @@ def _adjust_saturation(ctx):
                     plus_double(e.mul(norm, e.sub(r, g)), 4.0)))
     h = e.sel(e.le(rng, e.c(0)), e.c(0), h)
     h = e.sel(e.lt(h, e.c(0)), e.add(h, e.c(1)), h)
-    s = e.min(e.c(1), e.max(e.c(0), e.mul(s, scale)))     # std::min(1, std::max(0, .)): NaN stays 0/1
+    s = std_min(e.c(1), std_max(e.c(0), e.mul(s, scale)))     # a NaN product gives 0, as TF
     # hsv_to_rgb
     c = e.mul(s, vv)
     mm = e.sub(vv, c)
