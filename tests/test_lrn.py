@@ -43,3 +43,9 @@ def test_empty_inputs(shape, radius):
     x = tf.zeros(shape)
     fn = lambda x: R.LRN(input=x, depth_radius=radius)  # noqa: E731
     assert_matches(tfjit.function(fn)(x).numpy(), fn(x).numpy())
+
+
+def test_a_wide_window_over_a_huge_depth_is_refused_with_its_reason():
+    x = tf.ones([1, 1, 1, 4097])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="LRN: a 41-channel window over depth 4097"):
+        tfjit.function(lambda x: R.LRN(input=x, depth_radius=20))(x)

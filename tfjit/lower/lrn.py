@@ -16,9 +16,10 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import InvalidArgument, register, scalar_like
+from tfjit.lower.registry import InvalidArgument, Unsupported, register, scalar_like
 
 SLICE_WINDOW = 33      # windows up to this many channels are summed from shifted slices; wider: a band matmul
+MAX_BAND_DEPTH = 4096  # the band matrix is a depth x depth constant (64 MiB of f32 at this depth)
 
 
 def _window_sum(m, x, radius: int):
@@ -35,6 +36,9 @@ def _window_sum(m, x, radius: int):
             part = m.slice(padded, (0,) * (x.rank - 1) + (off,), x.shape)
             out = part if out is None else m.elementwise(Op.ADD, out, part)
         return out
+    if depth > MAX_BAND_DEPTH:
+        raise Unsupported(f"LRN: a {2 * r + 1}-channel window over depth {depth} needs a "
+                          f"{depth}x{depth} band matrix (more than {MAX_BAND_DEPTH} channels)")
     idx = np.arange(depth)
     band = (np.abs(idx[:, None] - idx[None, :]) <= r).astype(x.dtype.numpy())
     rows = int(np.prod(x.shape[:-1]))
