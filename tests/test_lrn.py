@@ -38,6 +38,24 @@ def test_lrn_and_its_gradient_match_tf(case, dtype, rng):
     assert_matches(got[1].numpy(), want[1].numpy(), what="LRNGrad", **tol)
 
 
+@pytest.mark.parametrize("case", CASES[1:3] + CASES[-1:], ids=lambda c: f"{c[0]}-r{c[1]}-b{c[4]}")
+def test_bfloat16_is_tfs_float_result_rounded(case, rng):
+    """TF's CPU kernels have no bfloat16 LRN: the oracle is its float32 result on the
+    same (bfloat16) values, rounded."""
+    shape, radius, bias, alpha, beta = case
+    x = tf.constant(rng.standard_normal(shape), tf.bfloat16)
+    g = tf.constant(rng.standard_normal(shape), tf.bfloat16)
+    kw = dict(depth_radius=radius, bias=bias, alpha=alpha, beta=beta)
+    got = tfjit.function(lambda x: R.LRN(input=x, **kw))(x)
+    want = tf.cast(R.LRN(input=tf.cast(x, tf.float32), **kw), tf.bfloat16)
+    assert_matches(got.numpy(), want.numpy(), what="LRN")
+    f32 = [tf.cast(v, tf.float32) for v in (g, x, got)]
+    got_grad = tfjit.function(lambda g, x, y: R.LRNGrad(input_grads=g, input_image=x, output_image=y, **kw))(
+        g, x, got)
+    want_grad = tf.cast(R.LRNGrad(input_grads=f32[0], input_image=f32[1], output_image=f32[2], **kw), tf.bfloat16)
+    assert_matches(got_grad.numpy(), want_grad.numpy(), what="LRNGrad")
+
+
 @pytest.mark.parametrize("shape, radius", [((0, 2, 2, 40), 20), ((1, 2, 2, 0), 5)], ids=["batch0", "depth0"])
 def test_empty_inputs(shape, radius):
     x = tf.zeros(shape)

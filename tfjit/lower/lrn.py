@@ -8,7 +8,8 @@ depth window along the last dimension), in the formulas of TF's CPU kernels
                      - 2 alpha beta x[k] * sum(g[j] y[j] / norm[j] for |j - k| <= depth_radius)
 
 Halves are computed in float and rounded once (TF's kernel rounds every step in
-half), so they match within half tolerance, not bit for bit.
+half), so they match within half tolerance, not bit for bit.  bfloat16, which TF's
+CPU kernels lack (XLA compiles it), is the float result rounded.
 """
 from __future__ import annotations
 
@@ -69,14 +70,14 @@ def _neg_power(m, norm, beta):
     return m.elementwise(Op.EXP, m.elementwise(Op.MUL, m.elementwise(Op.LOG, norm), scalar_like(m, -beta, norm)))
 
 
-@register("LRN", dtypes=(dt.F16, dt.F32), half_in_f32=True)
+@register("LRN", dtypes=(dt.F16, dt.BF16, dt.F32), half_in_f32=True)
 def _lrn(ctx):
     m, x = ctx.m, ctx.inputs[0]
     radius, bias, alpha, beta = _attrs(ctx, x)
     return m.elementwise(Op.MUL, x, _neg_power(m, _norm(m, x, radius, bias, alpha), beta))
 
 
-@register("LRNGrad", dtypes=(dt.F16, dt.F32), half_in_f32=True)
+@register("LRNGrad", dtypes=(dt.F16, dt.BF16, dt.F32), half_in_f32=True)
 def _lrn_grad(ctx):
     m = ctx.m
     g, x, y = ctx.inputs
