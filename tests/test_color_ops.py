@@ -82,3 +82,14 @@ def test_adjust_contrast_matches_tf(shape, dtype, rng):
 ], ids=["rgb2hsv", "hsv2rgb", "hue", "saturation", "contrast-h0", "contrast-c0"])
 def test_empty_images(fn, shape):
     _same(fn, tf.zeros(shape))
+
+
+@pytest.mark.parametrize("op, arg, value", [("AdjustHue", "delta", 0.3), ("AdjustSaturation", "scale", 1.7)])
+def test_half_adjust_is_tfs_float_result_rounded(op, arg, value, rng):
+    """TF's CPU kernels are float only (XLA compiles halves, in float): the oracle is the
+    float kernel on the same values, rounded."""
+    x = _pixels(rng, (2, 5, 7, 3), tf.float16)
+    fn = lambda x, v: getattr(R, op)(images=x, **{arg: v})  # noqa: E731
+    v = tf.constant(value, tf.float32)
+    want = tf.cast(fn(tf.cast(x, tf.float32), v), tf.float16)
+    assert_matches(tfjit.function(fn)(x, v).numpy(), want.numpy(), rtol=0, atol=0)

@@ -6,7 +6,9 @@ expressions in the image's type (colorspace_op.h: ``norm = (1 / range) * (1/6)``
 the clamped-ramp inverse); AdjustSaturation's float kernel converts per pixel with
 ``norm = 1 / (6 range)``, adds the 2/6 and 4/6 offsets in double, and converts back
 by hue sector (adjust_saturation_op.cc); AdjustHue's works on hue in [0, 6) with the
-pixel's min and max only (adjust_hue_op.cc).  The channel is the last dimension;
+pixel's min and max only (adjust_hue_op.cc).  Those two and AdjustContrastv2 have
+float-only CPU kernels; their halves (which XLA compiles, in float) are the float
+result rounded.  The channel is the last dimension;
 every rule slices it into three planes and concatenates the results.
 """
 from __future__ import annotations
@@ -128,7 +130,7 @@ def _sector_select(e, cat, cases):
     return out
 
 
-@register("AdjustSaturation", dtypes=(dt.F32,))
+@register("AdjustSaturation", dtypes=(dt.F16, dt.F32), half_in_f32=True)
 def _adjust_saturation(ctx):
     m = ctx.m
     r, g, b = _planes(ctx, ctx.inputs[0])
@@ -168,7 +170,7 @@ def _adjust_saturation(ctx):
     return _join(ctx, [e.add(rr, mm), e.add(gg, mm), e.add(bb, mm)])
 
 
-@register("AdjustHue", dtypes=(dt.F32,))
+@register("AdjustHue", dtypes=(dt.F16, dt.F32), half_in_f32=True)
 def _adjust_hue(ctx):
     """Hue in [0, 6) from the sorted channels (rgb_to_hv_range), shifted by delta * 6
     and brought back into [0, 6) as the kernel's loops do, by adding or subtracting 6.
