@@ -1,6 +1,6 @@
 """Lowerings of TF's NN ops that are elementwise math plus reductions:
 Erfc (exact GELU), OneHot, L2Loss, BiasAddGrad and the softmax cross-entropy
-ops (loss and backprop outputs).
+ops (loss and backprop outputs), InTopK and InTopKV2.
 
 Cross-entropy follows TF's kernels (xent_op.h, sparse_xent_op.h): logits are
 shifted by their row max, the loss is ``sum(labels * (log(sum(exp)) -
@@ -16,7 +16,8 @@ import numpy as np
 from tfjit import dtypes as dt
 from tfjit.ir.ops import Op
 from tfjit.lower.reduce import reduce_axes
-from tfjit.lower.registry import ALL, FLOATS, Unsupported, broadcast_all, register, scalar_like
+from tfjit.lower.registry import (ALL, FLOATS, InvalidArgument, Unsupported, broadcast_all, register,
+                                  scalar_like)
 
 # -- Erfc ------------------------------------------------------------------------
 
@@ -196,3 +197,43 @@ def _sparse_softmax_xent(ctx):
     backprop = m.elementwise(Op.SELECT, m.broadcast(valid, logits.shape, (0,)), backprop,
                              scalar_like(m, np.nan, backprop))
     return [loss, backprop]
+
+
+# -- InTopK ------------------------------------------------------------------------------
+
+def _in_top_k(m, predictions, targets, k):
+    """TF's kernel (in_topk_op.h): row b is true when targets[b] is a class, every
+    prediction of the row is finite and fewer than k classes predict strictly more
+    (ties with the target count for it).  (The kernel stops scanning a row once more
+    than k classes are greater, so it skips later non-finite values only where the
+    answer is false anyway.)"""
+    if predictions.rank != 2 or targets.rank != 1 or targets.shape[0] != predictions.shape[0]:
+        raise InvalidArgument(f"predictions must be 2-dimensional and targets 1-dimensional with the "
+                              f"batch size, got {list(predictions.shape)} and {list(targets.shape)}")
+    batch, classes = predictions.shape
+    if classes == 0 or batch == 0:
+        return m.broadcast(m.scalar(False, dt.PRED), (batch,), ())
+    index = m.convert(targets, dt.I64)
+    hot = m.elementwise(Op.EQ, m.broadcast(index, predictions.shape, (0,)),
+                        m.iota(dt.I64, predictions.shape, 1))
+    target = m.reduce(m.elementwise(Op.SELECT, hot, predictions, scalar_like(m, 0.0, predictions)), "sum", 1)
+    greater = m.elementwise(Op.GT, predictions, m.broadcast(target, predictions.shape, (0,)))
+    count = m.reduce(m.convert(greater, dt.I64), "sum", 1)
+    valid = m.elementwise(Op.AND, m.elementwise(Op.GE, index, scalar_like(m, 0, index)),
+                          m.elementwise(Op.LT, index, scalar_like(m, classes, index)))
+    valid = m.elementwise(Op.AND, valid, m.reduce(m.elementwise(Op.IS_FINITE, predictions), "and", 1))
+    return m.elementwise(Op.AND, valid, m.elementwise(Op.LT, count, m.broadcast(k, (batch,), ())))
+
+
+@register("InTopKV2", dtypes=(dt.I32, dt.I64))
+def _in_top_k_v2(ctx):
+    """k is an input here (any value at run time; k <= 0 gives all false, as TF's)."""
+    m, (predictions, targets, k) = ctx.m, ctx.inputs
+    if k.rank != 0:
+        raise InvalidArgument(f"k must be 0 D, got shape {list(k.shape)}")
+    return _in_top_k(m, predictions, targets, m.convert(k, dt.I64))
+
+
+@register("InTopK", dtypes=(dt.I32, dt.I64))
+def _in_top_k_v1(ctx):
+    return _in_top_k(ctx.m, ctx.inputs[0], ctx.inputs[1], ctx.m.scalar(int(ctx.attr("k")), dt.I64))
