@@ -21,10 +21,9 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral_parts
-from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, FFT_TYPES, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL,
-                          SPECTRAL_ATTRS,
-                          TYPED_RESULT, Kind, Op,
+from tfjit.ir.packing import fft_shape, log_determinant_parts, lu_parts, qr_parts, spectral_parts
+from tfjit.ir.ops import (COMPARISONS, CONV_BACKPROPS, LIBM, SHIFTS, SOLVER_ATTRS, SPECIAL,
+                          SPECTRAL_ATTRS, TYPED_RESULT, Kind, Op,
                           REDUCE_KINDS, SCAN_KINDS, SCATTER_KINDS)
 
 MAX_ELEMENTS = 2**62   # a tensor larger than this is refused before allocation
@@ -365,25 +364,8 @@ class Module:
         out [B, fft_length].  An empty x needs an empty result (TF leaves the rest
         unwritten); ifft/irfft scale by 1 / prod(fft_length) as TF's."""
         fft_length = tuple(int(n) for n in fft_length)
-        r = len(fft_length)
-        kind = FFT_TYPES[fft_type] if 0 <= fft_type < len(FFT_TYPES) else None
-        complex_in = kind in ("fft", "ifft", "irfft")
-        dims = x.shape[1:x.rank - complex_in]
-        bad = kind is None or not 1 <= r <= 3 or x.dtype not in LIBRARY_DTYPES \
-            or x.rank != 1 + r + complex_in or (complex_in and x.shape[-1] != 2) \
-            or min(fft_length, default=0) < 0
-        if not bad and kind in ("fft", "ifft"):
-            bad = dims != fft_length
-            out = dims
-        elif not bad:
-            least = fft_length[:-1] + ((fft_length[-1] // 2 + 1) if kind == "irfft" else fft_length[-1],)
-            bad = any(d < n for d, n in zip(dims, least) if d)
-            halved = kind == "rfft" and fft_length[-1] != 0
-            out = fft_length[:-1] + (fft_length[-1] // 2 + 1 if halved else fft_length[-1],)
-        if not bad:
-            shape = (x.shape[0],) + out + ((2,) if kind != "irfft" else ())
-            bad = x.size == 0 and math.prod(shape) != 0
-        if bad:
+        shape = fft_shape(x.shape, fft_type, fft_length) if x.dtype in LIBRARY_DTYPES else None
+        if shape is None:
             raise IRError(f"fft of {x.dtype.name}{list(x.shape)}: fft_type {fft_type}, fft_length "
                           f"{list(fft_length)} is invalid")
         return self._add(Instr(Op.FFT, x.dtype, shape, (x,), {"fft_type": int(fft_type),

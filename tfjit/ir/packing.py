@@ -1,10 +1,13 @@
 """Where the parts of a runtime-library call with several results (QR, the log-determinant,
 LU, the spectral decompositions) lie in its one flat result: each part starts at a
 multiple of 16 elements, so all are 64-byte aligned, as TF's kernels need their tensors
-to be (runtime/linalg.h computes the same offsets)."""
+to be (runtime/linalg.h computes the same offsets); and the result shape of an FFT call.
+"""
 from __future__ import annotations
 
-from tfjit.ir.ops import Op
+import math
+
+from tfjit.ir.ops import FFT_TYPES, Op
 
 
 def qr_parts(shape: tuple, full_matrices: bool) -> tuple:
@@ -50,3 +53,25 @@ def spectral_parts(op: Op, shape: tuple, attrs: dict) -> list:
         parts.append((start, size))
         start = -(-(start + size) // 16) * 16
     return parts
+
+
+def fft_shape(shape: tuple, fft_type: int, fft_length: tuple) -> tuple | None:
+    """The result shape of Module.fft on x of ``shape``, or None where the call is invalid."""
+    r, n = len(fft_length), fft_length
+    kind = FFT_TYPES[fft_type] if 0 <= fft_type < len(FFT_TYPES) else None
+    complex_in = kind in ("fft", "ifft", "irfft")
+    if kind is None or not 1 <= r <= 3 or len(shape) != 1 + r + complex_in \
+            or (complex_in and shape[-1] != 2) or min(n, default=0) < 0:
+        return None
+    dims = tuple(shape[1:len(shape) - complex_in])
+    if kind in ("fft", "ifft"):
+        if dims != n:
+            return None
+        out = dims
+    else:
+        least = n[:-1] + ((n[-1] // 2 + 1) if kind == "irfft" else n[-1],)
+        if any(d < m for d, m in zip(dims, least) if d):
+            return None
+        out = n[:-1] + (n[-1] // 2 + 1 if kind == "rfft" and n[-1] != 0 else n[-1],)
+    result = (shape[0],) + out + ((2,) if kind != "irfft" else ())
+    return None if math.prod(shape) == 0 and math.prod(result) != 0 else result
