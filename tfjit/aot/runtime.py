@@ -41,20 +41,13 @@ def level_for_cpu(cpu: str) -> str:
 def build_library(output: str, cpu: str, cache_root: str | None = None) -> str:
     """Writes the static library to ``output`` for target ``cpu``; returns its level."""
     level = level_for_cpu(cpu)
-    version, compile_flags, _ = build._tf_flags()
     cache_root = cache_root or build.default_cache_root()
-    headers = build._headers()
-    objects = []
-    for name in SOURCES:
-        path = os.path.join(build.HERE, name)
-        with open(path, "rb") as f:
-            text = f.read()
-        flags = ["-fPIC", "-O2"] + compile_flags + build.source_flags(path, level)
-        objects.append((path, flags, build._digest(version, "aot", name, text, headers, *flags)))
+    # the host library's objects at this level: one compile serves both
+    _, objects = build.object_specs([os.path.join(build.HERE, name) for name in SOURCES], level)
     directory = os.path.join(cache_root, "objects")
     os.makedirs(directory, exist_ok=True)
     try:
-        paths = build._compile_objects(build.find_compiler(), directory, objects)
+        paths = build.compile_objects(build.find_compiler(), directory, objects)
     except build.BuildError as e:
         raise AotError(f"building the AOT runtime library failed: {e}") from None
     ar = shutil.which("ar") or shutil.which("gcc-ar")

@@ -229,15 +229,8 @@ def _library(files: list[str], name: str, level: str | None, cache_root: str | N
              what: str, prebuilt: bool) -> str:
     """``name`` built from ``files``: a prebuilt one, a cached one, or built now."""
     cache_root = cache_root or default_cache_root()
-    version, compile_flags, link_flags = _tf_flags()
-    headers = _headers()
-    objects = []
-    for path in files:
-        with open(path, "rb") as f:
-            text = f.read()
-        flags = _BASE_FLAGS + compile_flags + source_flags(path, level, compile_flags)
-        objects.append((path, flags, _digest(version, os.path.basename(path), text, headers,
-                                             *_key_flags(flags))))
+    _, _, link_flags = _tf_flags()
+    version, objects = object_specs(files, level)
     subdir = f"tf{version}-{_digest(*(d for _, _, d in objects), *_key_flags(link_flags))}"
     shipped = os.path.join(PREBUILT, subdir, name)
     if prebuilt and os.path.exists(shipped):
@@ -255,12 +248,30 @@ def _library(files: list[str], name: str, level: str | None, cache_root: str | N
                   f"{directory})", file=sys.stderr, flush=True)
             object_dir = os.path.join(cache_root, "objects")
             os.makedirs(object_dir, exist_ok=True)
-            paths = _compile_objects(cxx, object_dir, objects)
+            paths = compile_objects(cxx, object_dir, objects)
             link_library(cxx, paths, library, link_flags)
     return library
 
 
-def _compile_objects(cxx: str, directory: str, objects: list) -> list[str]:
+def object_specs(files: list[str], level: str | None) -> tuple[str, list]:
+    """TensorFlow's version and ``(path, flags, digest)`` of each source's object for
+    x86-64 ``level``.  The digest is the source's text, tfjit's headers and the flags
+    that matter, so an object is shared by every library that needs it: linalg.cc at
+    one level is compiled once for the host library and tfjit-aot's runtime alike
+    (each compile is about a minute of -O3 Eigen on one core)."""
+    version, compile_flags, _ = _tf_flags()
+    headers = _headers()
+    objects = []
+    for path in files:
+        with open(path, "rb") as f:
+            text = f.read()
+        flags = _BASE_FLAGS + compile_flags + source_flags(path, level, compile_flags)
+        objects.append((path, flags, _digest(version, os.path.basename(path), text, headers,
+                                             *_key_flags(flags))))
+    return version, objects
+
+
+def compile_objects(cxx: str, directory: str, objects: list) -> list[str]:
     """Compiles the sources whose objects are not cached yet, in parallel; returns the
     object paths.  Objects are published atomically (rename), like the library."""
     jobs, paths = [], []
