@@ -41,7 +41,7 @@ PREBUILT = os.path.join(HERE, "prebuilt")     # what pip install built (setup.py
 
 LIBRARY_NAME = "tfjit_launch_op.so"
 HOST_LIBRARY_NAME = "tfjit_linalg.so"
-HOST_SOURCES = ("linalg.cc",)
+HOST_SOURCES = ("linalg.cc", "linalg_decompositions.cc", "linalg_spectral.cc")
 AOT_SOURCES = ("aot_runtime.cc",)    # with linalg.cc: tfjit-aot's static runtime (aot/runtime.py)
 # TfjitLaunch's DEVICE_GPU kernel: part of the op library only when TensorFlow is a CUDA
 # build (it needs GOOGLE_CUDA, TF's stream_executor and CUDA's cuda.h); not run on a
