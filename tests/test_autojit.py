@@ -336,6 +336,40 @@ def test_the_graph_pass_clusters_cond_and_while_with_their_bodies(auto_mode):
     assert {"StatelessIf", "If"} & ops and {"StatelessWhile", "While"} & ops, (ops, result.marks)
 
 
+
+def test_xla_while_compiles_as_a_while(auto_mode):
+    # tf2xla's XlaWhile (xla.while_loop: the While of graphs built for XLA, without
+    # shape attrs) was refused by name; it is the same loop and compiles as one.
+    from tensorflow.compiler.tf2xla.python import xla
+    from tensorflow.python.framework import function
+
+    @function.Defun(tf.int32, tf.float32)
+    def body(step, total):
+        return step + 1, total * 0.5 + tf.cast(step, tf.float32)
+
+    @function.Defun(tf.int32, tf.float32)
+    def cond(step, total):
+        del total
+        return step < 7
+
+    g = tf.Graph()
+    with g.as_default():
+        i0 = tf.compat.v1.placeholder(tf.int32, [])
+        s0 = tf.compat.v1.placeholder(tf.float32, [])
+        steps, total = xla.while_loop([i0, s0], cond, body)
+        out = tf.identity(total * 3.0 - 1.0, name="xla_while_out")
+    with tf.compat.v1.Session(graph=g) as sess:
+        got = [sess.run([steps, out], {i0: start, s0: 1.5}) for start in (0, 5, 9)]
+    for start, (n, value) in zip((0, 5, 9), got):
+        want_total = np.float32(1.5)
+        for step in range(start, 7):
+            want_total = want_total * np.float32(0.5) + np.float32(step)
+        assert n == max(start, 7)
+        assert_matches(value, want_total * np.float32(3.0) - np.float32(1.0), rtol=0, atol=0)
+    result = clustered("xla_while_out")
+    ops = {result.graph.nodes[n].op for spec in result.specs for n in spec.nodes}
+    assert "XlaWhile" in ops, (ops, result.marks)
+
 # -- seeing what happened -----------------------------------------------------------------
 
 def test_clustering_dumps(auto_mode, tmp_path, monkeypatch):

@@ -54,7 +54,7 @@ PROPAGATE_OPS = frozenset({
 
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 BRANCH_OPS = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
-LOOP_OPS = frozenset({"While", "StatelessWhile"})
+LOOP_OPS = frozenset({"While", "StatelessWhile", "XlaWhile"})
 
 DT_RESOURCE = 20
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from tfjit.graph.graphdef import ARG_PREFIX, RET_PREFIX
 from tfjit.graph.graphdef import Graph
 
-FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
+FUNCTIONAL_OPS = frozenset({"While", "StatelessWhile", "XlaWhile", "If", "StatelessIf", "Case",
+                            "StatelessCase"})
 
 
 def called_names(node_def) -> list:

@@ -43,6 +43,7 @@ def reason(node: Node) -> str | None:
 
 # The function attributes of functional control flow and of calls (graph/functions.py).
 _CALLS = {"While": ("cond", "body"), "StatelessWhile": ("cond", "body"),
+          "XlaWhile": ("cond", "body"),
           "If": ("then_branch", "else_branch"), "StatelessIf": ("then_branch", "else_branch"),
           "Case": ("branches",), "StatelessCase": ("branches",),
           "PartitionedCall": ("f",), "StatefulPartitionedCall": ("f",)}

@@ -1,5 +1,6 @@
-"""Functional control flow: While/StatelessWhile, If/StatelessIf, Case/StatelessCase,
-and function calls (PartitionedCall/StatefulPartitionedCall, inlined).
+"""Functional control flow: While/StatelessWhile (and tf2xla's XlaWhile, the same
+loop without shape attrs), If/StatelessIf, Case/StatelessCase, and function calls
+(PartitionedCall/StatefulPartitionedCall, inlined).
 
 The condition, body and branches are library functions (graph/functions.py);
 each is lowered into a computation of its own, whose parameters are the values
@@ -95,7 +96,7 @@ class _Call:
 
 # -- While ---------------------------------------------------------------------------------
 
-@register("While", "StatelessWhile", dtypes=ALL, opaque_types=_OPAQUE)
+@register("While", "StatelessWhile", "XlaWhile", dtypes=ALL, opaque_types=_OPAQUE)
 def _while(ctx):
     args, cond_fn, body_fn = list(ctx.inputs), ctx.attr("cond"), ctx.attr("body")
     sink = _invariant_constants(ctx.functions.graph(body_fn), args)
