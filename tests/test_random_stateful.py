@@ -83,6 +83,27 @@ def test_the_random_tensor_fuses_with_its_consumer():
     assert f.compiled(x).num_kernels == 1
 
 
+def test_gradient_sees_the_forward_mask():
+    """The backward recomputes the fill from the launch's key and counter inputs: the
+    same mask as its forward, call after call, as TF's gradient reads TF's mask."""
+    def loss(x):
+        keep = tf.cast(R.RandomUniform(shape=tf.shape(x), dtype=x.dtype, seed=3, seed2=4) >= 0.5, x.dtype)
+        return tf.reduce_sum(x * x * keep)
+    x = tf.constant(np.linspace(-1, 1, 37, dtype=np.float32))
+
+    def gradients(fn) -> list:
+        out = []
+        for _ in range(CALLS):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = fn(x)
+            out.append(tape.gradient(y, x).numpy())
+        return out
+    want = gradients(tf.function(loss))
+    for k, (g, w) in enumerate(zip(gradients(tfjit.function(loss, jit_compile=True)), want)):
+        assert_bits_equal(g, w, f"gradient, call {k}")
+
+
 def test_each_signature_and_each_function_has_its_own_state():
     """As TF's concrete functions: a new signature (a retrace) starts from its seed again,
     and two functions with the same seeds do not share a counter."""
