@@ -119,6 +119,25 @@ def test_each_signature_and_each_function_has_its_own_state():
     assert_bits_equal(b(f32).numpy(), tf.function(fn)(f32).numpy(), "another function's call 1")
 
 
+def test_inside_an_outer_function():
+    """A tfjit.function called while tf.function traces: its reserve node is a node of the
+    outer graph, with that graph's state, as TF's inlined random node would be."""
+    def inner(x):
+        return x + R.RandomStandardNormal(shape=[4], dtype=tf.float32, seed=2, seed2=3)
+    compiled = tfjit.function(inner, jit_compile=True)
+    outer, reference = tf.function(lambda x: compiled(x) * 2.0), tf.function(lambda x: inner(x) * 2.0)
+    x = tf.zeros([4])
+    for k in range(CALLS):
+        assert_bits_equal(outer(x).numpy(), reference(x).numpy(), f"call {k}")
+
+
+def test_a_shape_known_only_at_run_time_is_refused_with_a_reason():
+    def fn(n):
+        return R.RandomUniform(shape=n, dtype=tf.float32, seed=1, seed2=1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"shape is not known when the function is traced"):
+        tfjit.function(fn, jit_compile=True)(tf.constant([3]))
+
+
 @pytest.fixture
 def flags():
     saved = dataclasses.replace(config.flags())
@@ -243,3 +262,23 @@ def test_bad_bounds_are_a_typed_error():
         tf.function(fn)()
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"minval < maxval.*RandomUniformInt"):
         tfjit.function(fn, jit_compile=True)()
+
+
+def test_split_keeps_the_name_and_control_edges_and_leaves_gpu_nodes():
+    from tfjit.graph import random_state
+    g = tf.Graph()
+    with g.as_default():
+        c, lo, hi, shape = tf.constant(1.0, name="c"), tf.constant(0), tf.constant(5), tf.constant([3])
+        with tf.control_dependencies([c]):
+            R.RandomUniformInt(shape=shape, minval=lo, maxval=hi, seed=1, seed2=2, name="cpu")
+        with tf.device("/device:GPU:0"):
+            R.RandomUniform(shape=[3], dtype=tf.float32, seed=1, seed2=2, name="gpu")
+    gd, _, reserves = random_state.split(g.as_graph_def())
+    nodes = {nd.name: nd for nd in gd.node}
+    assert reserves == {"cpu": "cpu/tfjit_rng_state"} and nodes["gpu"].op == "RandomUniform"
+    cpu = nodes["cpu"]
+    assert cpu.op == "StatelessRandomUniformIntV2" and cpu.attr["dtype"].type == tf.int32.as_datatype_enum
+    assert list(cpu.input)[1:4] == ["cpu/tfjit_rng_state:0", "cpu/tfjit_rng_state:1", "cpu/tfjit_rng_alg"]
+    assert "^c" in cpu.input and "^c" in nodes["cpu/tfjit_rng_state"].input
+    reserve = nodes["cpu/tfjit_rng_state"]
+    assert (reserve.op, reserve.attr["seed"].i, reserve.attr["seed2"].i) == ("TfjitRandomReserve", 1, 2)
