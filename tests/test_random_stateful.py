@@ -237,6 +237,20 @@ def test_auto_mode_clusters_the_random_node(flags):
         assert_bits_equal(g, ref(x).numpy(), f"auto-mode call {k}")
 
 
+def test_auto_clustered_tfjit_function():
+    """tfjit.function(jit_compile=None): the rewritten graph runs as one function, whose
+    reserve kernels keep their state from call to call."""
+    def fn(x):
+        u = R.RandomUniform(shape=[3, 11], dtype=tf.float32, seed=13, seed2=14)
+        return tf.nn.relu(x * tf.cast(u >= 0.5, tf.float32) * 2.0 - 1.0) + 3.0
+    x = tf.constant(np.random.default_rng(5).standard_normal((3, 11)).astype(np.float32))
+    f, ref = tfjit.function(fn, jit_compile=None), tf.function(fn)
+    got = [f(x).numpy() for _ in range(CALLS)]
+    assert any("RandomUniform" in n for _, nodes, _ in f.clusters(x) for n in nodes), f.clusters(x)
+    for k, g in enumerate(got):
+        assert_bits_equal(g, ref(x).numpy(), f"call {k}")
+
+
 def test_unseeded_ops_draw_their_own_key():
     """seed = seed2 = 0: TF draws a random key per kernel; only the distribution can be
     compared, and two kernels (two functions) must differ."""
