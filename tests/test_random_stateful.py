@@ -2,7 +2,7 @@
 
 TF's RandomUniform, RandomStandardNormal, TruncatedNormal and RandomUniformInt
 keep a Philox counter per kernel that every run advances by 256 blocks per
-output element.  tfjit splits each node into TfjitRandomReserve (the same state,
+output element (RandomShuffle: by its rows - 1 samples).  tfjit splits each node into TfjitRandomReserve (the same state,
 kept by TF) and the stateless op it compiles (graph/random_state.py), so every
 call of a seeded graph must give TF's numbers to the bit: three successive calls
 of one tfjit.function (several output sizes in one graph, so each node's counter
@@ -67,6 +67,34 @@ def test_successive_calls_match_tf_bits(row, dtype):
     for call in range(CALLS):
         for shape, g, w in zip(SHAPES, compiled(), reference()):
             assert_bits_equal(g.numpy(), w.numpy(), f"{row.op} {dtype.name} {shape}, call {call}")
+
+
+SHUFFLE_SHAPES = [(), (1,), (1, 4), (7,), (10, 3), (0, 2), (1031,)]   # the first three: copied, no samples
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.int32, tf.int64, tf.bool])
+def test_random_shuffle_matches_tf_bits(dtype):
+    """Fisher–Yates over TF's Philox samples (lower/shuffle.py); each node's counter skips
+    by (rows - 1) samples rounded up to blocks, none for a value it only copies."""
+    values = [tf.constant(np.arange(int(np.prod(s))).reshape(s) % 3 == 0 if dtype == tf.bool
+                          else np.arange(int(np.prod(s))).reshape(s), dtype) for s in SHUFFLE_SHAPES]
+
+    def fn():
+        return [R.RandomShuffle(value=v, seed=4, seed2=k) for k, v in enumerate(values)]
+    compiled, reference = tfjit.function(fn, jit_compile=True), tf.function(fn)
+    for call in range(CALLS):
+        for shape, g, w in zip(SHUFFLE_SHAPES, compiled(), reference()):
+            assert_bits_equal(g.numpy(), w.numpy(), f"RandomShuffle {dtype.name} {shape}, call {call}")
+
+
+def test_stateless_shuffle_with_run_time_key_and_counter():
+    def fn(v, key, counter):
+        return R.StatelessShuffle(value=v, key=key, counter=counter, alg=3)     # auto-select: Philox
+    v = tf.constant(np.arange(40.0, dtype=np.float32).reshape(20, 2))
+    compiled, reference = tfjit.function(fn, jit_compile=True), tf.function(fn)
+    for key, counter in (([1], [0, 0]), ([2**64 - 1], [2**64 - 3, 7])):
+        args = (v, tf.constant(key, tf.uint64), tf.constant(counter, tf.uint64))
+        assert_bits_equal(compiled(*args).numpy(), reference(*args).numpy(), f"key {key} counter {counter}")
 
 
 def test_the_random_tensor_fuses_with_its_consumer():

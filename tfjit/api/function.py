@@ -107,21 +107,27 @@ class _Reserves:
         self.nodes, self.refused, self.inputs, self.signature = [], [], [], ()
         for node in sorted(reserves):
             op = graph.get_operation_by_name(node)
-            shape = tf.get_static_value(op.inputs[0])
+            shuffle = op.type == "RandomShuffle"      # reserves by its value's shape
+            if shuffle:
+                known = op.inputs[0].shape.is_fully_defined()
+                shape = np.asarray(op.inputs[0].shape.as_list() if known else None, np.int64)
+                shape = shape if known else None
+            else:
+                shape = tf.get_static_value(op.inputs[0])
             if shape is None:
                 self.refused.append((node, op.type, "stateful random op whose shape is not known "
                                      "when the function is traced (it sizes the counter's skip)"))
                 continue
-            self.nodes.append((node, np.asarray(shape, op.inputs[0].dtype.as_numpy_dtype),
-                               op.get_attr("seed"), op.get_attr("seed2"),
+            self.nodes.append((node, np.asarray(shape, np.int64 if shuffle else op.inputs[0].dtype.as_numpy_dtype),
+                               op.get_attr("seed"), op.get_attr("seed2"), "shuffle" if shuffle else "outputs",
                                f"{node}#{next(self._instances)}"))
             self.inputs += [(reserves[node], 0), (reserves[node], 1)]
             self.signature += ((dt.U64, (1,)), (dt.U64, (2,)))
 
     def reserve(self) -> list:
         out = []
-        for node, shape, seed, seed2, instance in self.nodes:
-            out += launch.random_reserve(tf.constant(shape), seed=seed, seed2=seed2,
+        for node, shape, seed, seed2, samples, instance in self.nodes:
+            out += launch.random_reserve(tf.constant(shape), seed=seed, seed2=seed2, samples=samples,
                                          instance=instance)
         return out
 

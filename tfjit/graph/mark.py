@@ -22,7 +22,8 @@ _WHY = {
     **{op: ("stateful random number generation: compiled only where TensorFlow keeps its "
             "state, split by graph/random_state.py (CPU nodes of a Session, tf.function or "
             "tfjit.function), never by tfjit-aot")
-       for op in ("RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt")},
+       for op in ("RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt",
+                  "RandomShuffle")},
     "TfjitRandomReserve": "a stateful random node's state stays with TensorFlow (graph/random_state.py)",
     "Assert": "assertions must run in TensorFlow",
     "CheckNumerics": "assertions must run in TensorFlow",

@@ -21,9 +21,12 @@ consumers.  Only CPU (or unplaced) nodes are split: the reserve op has a CPU
 kernel only.  tfjit-aot does not split (a compiled program has no TF kernel to
 keep the state): the stateful ops stay refused there, with marking's reason.
 
-tf.random.Generator's ops (StatefulUniform*, RngReadAndSkip) and the ops whose
-algorithms are sequential (RandomShuffle, ParameterizedTruncatedNormal,
-RandomGamma, RandomPoisson, Multinomial) are not split.
+RandomShuffle becomes TfjitRandomReserve (``samples="shuffle"``: RandomShuffle's
+own reservation, sized by a Shape node of the value) and StatelessShuffle
+(lower/shuffle.py).  tf.random.Generator's ops (StatefulUniform*,
+RngReadAndSkip) and the other sequential or rejection samplers
+(ParameterizedTruncatedNormal, RandomGamma, RandomPoisson, Multinomial) are not
+split.
 """
 from __future__ import annotations
 
@@ -36,8 +39,9 @@ STATELESS = {
     "RandomStandardNormal": ("StatelessRandomNormalV2", "dtype"),
     "TruncatedNormal": ("StatelessTruncatedNormalV2", "dtype"),
     "RandomUniformInt": ("StatelessRandomUniformIntV2", "Tout"),
+    "RandomShuffle": ("StatelessShuffle", "T"),
 }
-_DT_INT32, _DT_UINT64 = 3, 23
+_DT_INT32, _DT_INT64, _DT_UINT64 = 3, 9, 23
 
 
 def reserve_name(node: str) -> str:
@@ -68,18 +72,24 @@ def split(graph_def, tensor_info=None):
         return graph_def, tensor_info, {}
     out = graph_pb2.GraphDef()
     out.CopyFrom(graph_def)
-    reserves = {}
+    reserves, values = {}, {}     # random node -> reserve node; shuffle -> its value
     for nd in list(out.node):
         if not splittable(nd):
             continue
         stateless, dtype_attr = STATELESS[nd.op]
         data = [i for i in nd.input if not i.startswith("^")]
         controls = [i for i in nd.input if i.startswith("^")]
+        shuffle = nd.op == "RandomShuffle"
         res = out.node.add(name=reserve_name(nd.name), op=RESERVE_OP, device=nd.device)
-        res.input.extend([data[0]] + controls)
-        for a in ("seed", "seed2", "T"):
+        res.input.extend([_shape_of(out, nd, data[0]) if shuffle else data[0]] + controls)
+        for a in ("seed", "seed2") if shuffle else ("seed", "seed2", "T"):
             if a in nd.attr:
                 res.attr[a].CopyFrom(nd.attr[a])
+        if shuffle:
+            name, _, idx = data[0].partition(":")
+            values[nd.name] = (name, int(idx) if idx else 0)
+            res.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=_DT_INT64))
+            res.attr["samples"].CopyFrom(attr_value_pb2.AttrValue(s=b"shuffle"))
         alg = out.node.add(name=_alg_name(nd.name), op="Const", device=nd.device)
         alg.input.extend(controls)
         alg.attr["dtype"].CopyFrom(attr_value_pb2.AttrValue(type=_DT_INT32))
@@ -92,23 +102,43 @@ def split(graph_def, tensor_info=None):
         del nd.input[:]
         nd.input.extend([data[0], f"{res.name}:0", f"{res.name}:1", alg.name] + data[1:] + controls)
         nd.ClearField("attr")
-        nd.attr["dtype"].CopyFrom(attr_value_pb2.AttrValue(type=out_t))
-        nd.attr["Tshape"].CopyFrom(attr_value_pb2.AttrValue(type=shape_t))
+        if shuffle:
+            nd.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=out_t))
+        else:
+            nd.attr["dtype"].CopyFrom(attr_value_pb2.AttrValue(type=out_t))
+            nd.attr["Tshape"].CopyFrom(attr_value_pb2.AttrValue(type=shape_t))
         for k, v in keep.items():
             nd.attr[k].CopyFrom(v)
         reserves[nd.name] = res.name
-    return out, _info_with(tensor_info, reserves), reserves
+    return out, _info_with(tensor_info, reserves, values), reserves
 
 
-def _info_with(tensor_info, reserves: dict):
+def _shape_name(node: str) -> str:
+    return f"{node}/tfjit_rng_shape"
+
+
+def _shape_of(out, nd, value: str) -> str:
+    """A Shape node (int64) of RandomShuffle's value, which sizes its reservation."""
+    shape = out.node.add(name=_shape_name(nd.name), op="Shape", device=nd.device)
+    shape.input.append(value)
+    shape.attr["T"].CopyFrom(nd.attr["T"])
+    shape.attr["out_type"].type = _DT_INT64
+    return shape.name
+
+
+def _info_with(tensor_info, reserves: dict, values: dict):
     """tensor_info answering for the new nodes too."""
     if tensor_info is None:
         return None
     new = {r: ((_DT_UINT64, (1,)), (_DT_UINT64, (2,))) for r in reserves.values()}
     new.update({_alg_name(n): ((_DT_INT32, ()),) for n in reserves})
+    shapes = {_shape_name(n): src for n, src in values.items()}
 
     def info(node: str, index: int):
         if node in new:
             return new[node][index]
+        if node in shapes:            # the Shape of a shuffled value: [its rank]
+            shape = tensor_info(*shapes[node])[1]
+            return _DT_INT64, None if shape is None else (len(shape),)
         return tensor_info(node, index)
     return info

@@ -1,5 +1,10 @@
 // TfjitRandomReserve: the counter state of one stateful random node.
 //
+// samples: "outputs" reserves as random_op.cc's kernels do (256 blocks per element of
+// a value of the input shape); "shuffle" as RandomShuffle's (random_shuffle_op.cc,
+// shuffle_common.h): n - 1 32-bit samples, rounded up to whole blocks, for a value of
+// the input shape with n > 1 rows and more than one element, none otherwise.
+//
 // TensorFlow's stateful random kernels (RandomUniform, RandomStandardNormal,
 // TruncatedNormal, RandomUniformInt: core/kernels/random_op.cc) each own a
 // GuardedPhiloxRandom, initialised from the node's seed/seed2 attrs (both 0:
@@ -24,6 +29,7 @@
 //   counter: uint64[2]   the 128-bit counter before the reservation, low word first
 
 #include <cstdint>
+#include <string>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -42,14 +48,23 @@ constexpr int kBlocksPerOutput = 256;
 class TfjitRandomReserveOp : public OpKernel {
  public:
   explicit TfjitRandomReserveOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string samples;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("samples", &samples));
+    shuffle_ = samples == "shuffle";
     OP_REQUIRES_OK(ctx, generator_.Init(ctx));
   }
 
   void Compute(OpKernelContext* ctx) override {
     TensorShape shape;
     OP_REQUIRES_OK(ctx, tensor::MakeShape(ctx->input(0), &shape));
-    const random::PhiloxRandom gen =
-        generator_.ReserveRandomOutputs(shape.num_elements(), kBlocksPerOutput);
+    random::PhiloxRandom gen;
+    if (!shuffle_) {
+      gen = generator_.ReserveRandomOutputs(shape.num_elements(), kBlocksPerOutput);
+    } else if (shape.dims() > 0 && shape.num_elements() > 1 && shape.dim_size(0) > 1) {
+      gen = generator_.ReserveSamples32(shape.dim_size(0) - 1);
+    } else {
+      gen = generator_.ReserveSamples128(0);  // RandomShuffle copies such a value: no samples
+    }
     Tensor* key = nullptr;
     Tensor* counter = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({1}), &key));
@@ -63,6 +78,7 @@ class TfjitRandomReserveOp : public OpKernel {
 
  private:
   GuardedPhiloxRandom generator_;
+  bool shuffle_ = false;
 };
 
 }  // namespace
@@ -74,6 +90,7 @@ REGISTER_OP("TfjitRandomReserve")
     .Attr("T: {int32, int64}")
     .Attr("seed: int = 0")
     .Attr("seed2: int = 0")
+    .Attr("samples: {'outputs', 'shuffle'} = 'outputs'")
     .Attr("instance: string = ''")
     .SetIsStateful()
     .SetShapeFn([](shape_inference::InferenceContext* c) {
