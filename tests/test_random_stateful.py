@@ -324,3 +324,20 @@ def test_split_keeps_the_name_and_control_edges_and_leaves_gpu_nodes():
     assert "^c" in cpu.input and "^c" in nodes["cpu/tfjit_rng_state"].input
     reserve = nodes["cpu/tfjit_rng_state"]
     assert (reserve.op, reserve.attr["seed"].i, reserve.attr["seed2"].i) == ("TfjitRandomReserve", 1, 2)
+
+
+def test_shuffle_module_interprets_and_round_trips():
+    """The shuffle's while loop is plain IR: the interpreter (what checks other targets)
+    gives TF's permutation, and the module's text parses back to itself."""
+    from tfjit.ir.interp import evaluate
+    from tfjit.ir.text import module_str, parse_module
+
+    def fn(v, key, counter):
+        return R.StatelessShuffle(value=v, key=key, counter=counter, alg=1)
+    args = (tf.constant(np.arange(26, dtype=np.int32).reshape(13, 2)), tf.constant([9], tf.uint64),
+            tf.constant([5, 2**63], tf.uint64))
+    compiled = tfjit.function(fn, jit_compile=True).compiled(*args)
+    for text in (compiled.module_before, compiled.module_after):
+        assert module_str(parse_module(text)) == text
+    (got,) = evaluate(parse_module(compiled.module_before), [a.numpy() for a in args])
+    assert_bits_equal(got, tf.function(fn)(*args).numpy(), "interpreted shuffle")
