@@ -2,8 +2,9 @@
 
 TF's RandomUniform, RandomStandardNormal, TruncatedNormal and RandomUniformInt
 keep a Philox counter per kernel that every run advances by 256 blocks per
-output element (RandomShuffle: by its rows - 1 samples).  tfjit splits each node into TfjitRandomReserve (the same state,
-kept by TF) and the stateless op it compiles (graph/random_state.py), so every
+output element (RandomShuffle: by its rows - 1 samples).  tfjit splits each node
+into TfjitRandomReserve (the same state, kept by TF) and the stateless op it
+compiles (graph/random_state.py), so every
 call of a seeded graph must give TF's numbers to the bit: three successive calls
 of one tfjit.function (several output sizes in one graph, so each node's counter
 skips by its own amount), of a Session (two random nodes, and a run of another
