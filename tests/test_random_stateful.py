@@ -251,6 +251,34 @@ def test_concurrent_runs_never_share_a_counter(flags):
     assert sorted(map(key, got)) == sorted(map(key, want))
 
 
+def test_a_random_node_in_a_v1_loop_stays_in_its_frame(flags):
+    """The split's new nodes join the loop body's frame (TF refuses a graph whose nodes
+    mix frames).  One iteration at a time: with parallel iterations, which iteration
+    reserves first is a race in TF's executor itself."""
+    config.set_flags(tfjit_auto_jit=0, tfjit_cpu_global_jit=True, tfjit_min_cluster_size=1)
+    autojit.activate()
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.disable_control_flow_v2()
+        try:
+            x = tf.compat.v1.placeholder(tf.float32, [4], name="x")
+            body = lambda i, v: (i + 1, v * 0.5 + R.RandomUniform(shape=[4], dtype=tf.float32, seed=1, seed2=2))
+            _, out = tf.while_loop(lambda i, v: i < 3, body, [tf.constant(0), x * 2.0], parallel_iterations=1)
+            result = out * 3.0 - 1.0
+        finally:
+            tf.compat.v1.enable_control_flow_v2()
+    runs = {}
+    for level in (tf.compat.v1.OptimizerOptions.OFF, tf.compat.v1.OptimizerOptions.ON_1):
+        cfg = tf.compat.v1.ConfigProto()
+        cfg.graph_options.optimizer_options.global_jit_level = level
+        autojit.recent.clear()
+        with tf.compat.v1.Session(graph=g, config=cfg) as sess:
+            runs[level] = [sess.run(result, {x: np.ones(4, np.float32)}) for _ in range(CALLS)]
+    assert any("while/RandomUniform" in s.nodes for r in autojit.recent for s in r.specs)
+    for k, (g_, w) in enumerate(zip(runs[tf.compat.v1.OptimizerOptions.ON_1], runs[tf.compat.v1.OptimizerOptions.OFF])):
+        assert_bits_equal(g_, w, f"run {k}")
+
+
 def test_auto_mode_clusters_the_random_node(flags):
     config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True)
     autojit.activate()

@@ -21,6 +21,10 @@ consumers.  Only CPU (or unplaced) nodes are split: the reserve op has a CPU
 kernel only.  tfjit-aot does not split (a compiled program has no TF kernel to
 keep the state): the stateful ops stay refused there, with marking's reason.
 
+The new nodes join the random node's v1 loop frame (the reserve reads its shape,
+the alg constant waits on it).  In a v1 loop with parallel iterations, which
+iteration reserves first is a race in TF's executor as much as here.
+
 RandomShuffle becomes TfjitRandomReserve (``samples="shuffle"``: RandomShuffle's
 own reservation, sized by a Shape node of the value) and StatelessShuffle
 (lower/shuffle.py).  tf.random.Generator's ops (StatefulUniform*,
@@ -91,7 +95,9 @@ def split(graph_def, tensor_info=None):
             res.attr["T"].CopyFrom(attr_value_pb2.AttrValue(type=_DT_INT64))
             res.attr["samples"].CopyFrom(attr_value_pb2.AttrValue(s=b"shuffle"))
         alg = out.node.add(name=_alg_name(nd.name), op="Const", device=nd.device)
-        alg.input.extend(controls)
+        # after the shape's node: in a v1 loop body it stays in the loop's frame
+        after = "^" + data[0].split(":")[0]
+        alg.input.extend([after] + [c for c in controls if c != after])
         alg.attr["dtype"].CopyFrom(attr_value_pb2.AttrValue(type=_DT_INT32))
         alg.attr["value"].tensor.dtype = _DT_INT32
         alg.attr["value"].tensor.int_val.append(PHILOX)
