@@ -105,6 +105,7 @@ class _Reserves:
 
     def __init__(self, graph, reserves: dict):
         self.nodes, self.refused, self.inputs, self.signature = [], [], [], ()
+        self._shapes = None
         for node in sorted(reserves):
             op = graph.get_operation_by_name(node)
             shuffle = op.type == "RandomShuffle"      # reserves by its value's shape
@@ -125,10 +126,13 @@ class _Reserves:
             self.signature += ((dt.U64, (1,)), (dt.U64, (2,)))
 
     def reserve(self) -> list:
+        eager = tf.executing_eagerly()
+        if eager and self._shapes is None:      # made once: an eager constant costs a call's time
+            self._shapes = [tf.constant(n[1]) for n in self.nodes]
         out = []
-        for node, shape, seed, seed2, samples, instance in self.nodes:
-            out += launch.random_reserve(tf.constant(shape), seed=seed, seed2=seed2, samples=samples,
-                                         instance=instance)
+        for k, (node, shape, seed, seed2, samples, instance) in enumerate(self.nodes):
+            out += launch.random_reserve(self._shapes[k] if eager else tf.constant(shape), seed=seed,
+                                         seed2=seed2, samples=samples, instance=instance)
         return out
 
 
