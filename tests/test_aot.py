@@ -353,6 +353,8 @@ ERROR_CASES = [
      "plain", ["fetch 'y:1'", "1 output(s)"]),
     ('feed { id { node_name: "x" } shape { dim { size: 2 } } }\nfetch { id { node_name: "c" } }',
      "complex", ["fetch 'c:0'", "does not take or return complex64"]),
+    ('feed { id { node_name: "x" } shape { dim { size: 2 } } }\nfetch { id { node_name: "r" } }',
+     "random", ["{{node RandomUniform}}", "stateful random number generation", "never by tfjit-aot"]),
 ]
 
 
@@ -365,6 +367,8 @@ def test_errors_name_the_culprit(tf, tmp_path, capsys, config, graph, words):
             tf.unique(x * 2.0, name="u")
         if graph == "complex":
             tf.complex(x, x * 2.0, name="c")
+        if graph == "random":      # its state would need TF's kernel (graph/random_state.py)
+            tf.add(x, tf.raw_ops.RandomUniform(shape=[2], dtype=tf.float32, seed=1, seed2=2), name="r")
         tf.identity(x + 1.0, name="y")
     pb, cfg = _save(tmp_path, g, config)
     err = _error(tmp_path, capsys, ["--graph", pb, "--config", cfg, "--cpp_class", "E",

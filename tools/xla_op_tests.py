@@ -86,9 +86,11 @@ MODE_ENV = {"tfjit": {"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"},
             "tf": {"TF_XLA_FLAGS": "--tf_xla_auto_jit=-1"}}
 # Methods TF's TestCase defines with test-like names; TF's own runs skip them.
 NOT_TESTS = ("test_session", "test_scope")
-# Ops that compute nothing: their refusal never sends a test to TF.
+# Ops that compute nothing: their refusal never sends a test to TF.  TfjitRandomReserve
+# holds a stateful random node's counter (as VarHandleOp a variable) and hands it to the
+# compiled fill (graph/random_state.py).
 _QUIET_OPS = frozenset({"NoOp", "Placeholder", "PlaceholderWithDefault", "_Arg", "_Retval",
-                        "Const", "Identity", "VarHandleOp", "_Recv", "_Send"})
+                        "Const", "Identity", "VarHandleOp", "_Recv", "_Send", "TfjitRandomReserve"})
 
 
 # -- Child: one test file in this process ------------------------------------------

@@ -28,6 +28,7 @@ registers the gradient of TfjitLaunch.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import threading
 import time
@@ -44,6 +45,7 @@ from tfjit.api import gradient  # registers the gradient of TfjitLaunch
 from tfjit.api.service import SERVICE
 from tfjit.api.tracing import tensor_info
 from tfjit.graph import cluster as clustering
+from tfjit.graph import random_state
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
 from tfjit.runtime import launch
@@ -58,8 +60,9 @@ class _Entry:
     (shapes not all known at trace time); the node then carries ``cluster_def``
     and, when it may fall back, the traced function itself (``fallback``)."""
 
-    def __init__(self, compiled, cf, spec, out_shapes, lazy: bool, fallback=None):
+    def __init__(self, compiled, cf, spec, out_shapes, lazy: bool, fallback=None, rng=None):
         self.compiled = compiled
+        self.rng = rng
         self.captures = list(cf.captured_inputs)
         self.variables = list(cf.graph.variables)   # watched by an outer tape, as TF's calls do
         self.structured_outputs = cf.structured_outputs
@@ -76,7 +79,8 @@ class _Entry:
             for v in self.variables:
                 resource_variable_ops.variable_accessed(v)
         graph_mode = not tf.executing_eagerly()
-        outs = launch.launch(list(flat_tensors) + self.captures, cluster=self.spec.key,
+        rng = self.rng.reserve() if self.rng is not None else []
+        outs = launch.launch(list(flat_tensors) + self.captures + rng, cluster=self.spec.key,
                              cluster_def=self.spec.graph_def if graph_mode else b"",
                              Tout=self.out_dtypes, output_shapes=self.out_shapes,
                              fallback=self.fallback if graph_mode else None,
@@ -86,6 +90,50 @@ class _Entry:
     def latest(self):
         """The ``pipeline.Compiled`` of this entry (the latest one, when compiled lazily)."""
         return self.compiled if self.compiled is not None else SERVICE.latest.get(self.spec.key)
+
+
+class _Reserves:
+    """The state of a traced signature's stateful random nodes (graph/random_state.py).
+
+    One TfjitRandomReserve per node, called before each launch; its (key, counter)
+    are the cluster's last inputs.  Eagerly, each signature's node has its own
+    kernel (``instance``), as each concrete function has its own in TensorFlow;
+    inside an outer graph each call adds its own reserve nodes.  A node's shape
+    must be known when the function is traced (it sizes the reservation)."""
+
+    _instances = itertools.count()
+
+    def __init__(self, graph, reserves: dict):
+        self.nodes, self.refused, self.inputs, self.signature = [], [], [], ()
+        self._shapes = None
+        for node in sorted(reserves):
+            op = graph.get_operation_by_name(node)
+            shuffle = op.type == "RandomShuffle"      # reserves by its value's shape
+            if shuffle:
+                known = op.inputs[0].shape.is_fully_defined()
+                shape = np.asarray(op.inputs[0].shape.as_list() if known else None, np.int64)
+                shape = shape if known else None
+            else:
+                shape = tf.get_static_value(op.inputs[0])
+            if shape is None:
+                self.refused.append((node, op.type, "stateful random op whose shape is not known "
+                                     "when the function is traced (it sizes the counter's skip)"))
+                continue
+            self.nodes.append((node, np.asarray(shape, np.int64 if shuffle else op.inputs[0].dtype.as_numpy_dtype),
+                               op.get_attr("seed"), op.get_attr("seed2"), "shuffle" if shuffle else "outputs",
+                               f"{node}#{next(self._instances)}"))
+            self.inputs += [(reserves[node], 0), (reserves[node], 1)]
+            self.signature += ((dt.U64, (1,)), (dt.U64, (2,)))
+
+    def reserve(self) -> list:
+        eager = tf.executing_eagerly()
+        if eager and self._shapes is None:      # made once: an eager constant costs a call's time
+            self._shapes = [tf.constant(n[1]) for n in self.nodes]
+        out = []
+        for k, (node, shape, seed, seed2, samples, instance) in enumerate(self.nodes):
+            out += launch.random_reserve(self._shapes[k] if eager else tf.constant(shape), seed=seed,
+                                         seed2=seed2, samples=samples, instance=instance)
+        return out
 
 
 class _InTensorFlow:
@@ -198,28 +246,34 @@ class Function:
     def _must_compile(self, cf):
         profile = _compile_profile()
         start = time.perf_counter()
-        graph = Graph(cf.graph.as_graph_def())
+        graph_def, info, reserves = random_state.split(cf.graph.as_graph_def(), tensor_info(cf.graph))
+        graph = Graph(graph_def)
         graph_name = cf.graph.name
-        refused = [(n, graph.nodes[n].op, r) for n, r in mark(graph).items() if r]
+        refused = [(n, graph.nodes[n].op, r) for n, r in mark(graph).items()
+                   if r and n not in reserves.values()]
+        rng = _Reserves(cf.graph, reserves)
+        refused += rng.refused
         if refused:
             return self._refuse(errors.unsupported(graph_name, refused, cf.graph))
         inputs = [(t.op.name, t.value_index) for t in cf.inputs]
         outputs = [(t.op.name, t.value_index) for t in cf.outputs]
-        input_nodes = {i[0] for i in inputs}
+        input_nodes = {i[0] for i in inputs} | set(reserves.values())
         names = [n for n in graph.nodes if n not in input_nodes]
-        info = tensor_info(cf.graph)
-        spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs, name=graph_name)
+        spec = clustering.extract(graph, names, info, outputs=outputs, inputs=inputs + rng.inputs,
+                                  name=graph_name)
         SERVICE.install()
         SERVICE.register(spec.key, spec.graph_def, name=_safe(graph_name),
                          describe=_describer(graph_name, cf.graph))
         signature = _signature(cf)
+        if signature is not None:
+            signature += rng.signature
         if profile is not None:
             profile.add("graph, marking, clustering", time.perf_counter() - start)
         if signature is None or spec.constant_args:   # compiled by the launch op, per concrete
             # signature (and per value of the constant arguments)
             fallback = cf if self.fall_back and not tf.executing_eagerly() else None
             return _Entry(None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
-                          fallback=fallback)
+                          fallback=fallback, rng=rng)
         from tfjit.lower.graph_to_ir import LoweringError
         from tfjit.pipeline import TooLarge
         from tfjit.settings import flags
@@ -233,7 +287,7 @@ class Function:
             return self._refuse(tf.errors.InvalidArgumentError(None, None, f"{graph_name}: {e}"))
         # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
         # unknown, e.g. FusedBatchNormV3's reserve_space_3
-        return _Entry(compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False)
+        return _Entry(compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False, rng=rng)
 
     # -- introspection -----------------------------------------------------------------------
     def _entry(self, args, kwargs):

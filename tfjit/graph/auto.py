@@ -28,7 +28,7 @@ import itertools
 
 from tfjit import settings
 from tfjit.graph import cluster as clustering
-from tfjit.graph import const_args, fallback
+from tfjit.graph import const_args, fallback, random_state
 from tfjit.graph.graphdef import Graph
 from tfjit.graph.mark import mark
 from tfjit.graph.rewrite import rewrite
@@ -180,7 +180,10 @@ def cluster_graph(graph_def, tensor_info, options: Options, outputs: list | None
     ``tensor_info(node, index) -> (dtype enum, shape or None)``; ``outputs``
     are tensors read from outside the graph (a function's results), which
     clusters must produce even when no node of the graph reads them.
+    Stateful random nodes are split first (graph/random_state.py): their state
+    stays with TensorFlow and their fill becomes a candidate.
     """
+    graph_def, tensor_info, _ = random_state.split(graph_def, tensor_info)
     graph = Graph(graph_def)
     marks = candidates(graph, options)
     marks.update(const_args.unconstant_refusals(graph, marks, tensor_info))

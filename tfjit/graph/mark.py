@@ -19,8 +19,12 @@ _WHY = {
     "NonMaxSuppressionV5": "output shape depends on input values",
     "BooleanMask": "output shape depends on input values",
     "DynamicPartition": "output shape depends on input values",
-    "RandomUniform": "stateful random number generation",
-    "RandomStandardNormal": "stateful random number generation",
+    **{op: ("stateful random number generation: compiled only where TensorFlow keeps its "
+            "state, split by graph/random_state.py (CPU nodes of a Session, tf.function or "
+            "tfjit.function), never by tfjit-aot")
+       for op in ("RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt",
+                  "RandomShuffle")},
+    "TfjitRandomReserve": "a stateful random node's state stays with TensorFlow (graph/random_state.py)",
     "Assert": "assertions must run in TensorFlow",
     "CheckNumerics": "assertions must run in TensorFlow",
     "Print": "side effects (printing)",

@@ -32,6 +32,10 @@ uniform 1.45x TF's time, normal 1.9x, truncated normal 2x, a dropout mask
 fused with its consumer 1.07x.  One block per group needs a block-structured
 loop in the emitter (or Philox lanes materialised by fusion).
 
+The stateful ops (RandomUniform, RandomStandardNormal, TruncatedNormal,
+RandomUniformInt) reach these lowerings as StatelessRandom*V2 nodes whose key and
+counter TF's state hands over at run time (graph/random_state.py).
+
 Shapes must be compile-time constants (they are part of the cluster key);
 seeds, keys, counters and int bounds are runtime tensors.  ``alg`` must be a
 constant: Philox (1), auto-select (3: Philox, TF's CPU choice and XLA's on CPU

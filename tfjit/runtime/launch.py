@@ -439,6 +439,16 @@ def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
         return _lib().ops.tfjit_launch(**attrs)
 
 
+def random_reserve(shape, *, seed: int, seed2: int, samples: str = "outputs", instance: str = "",
+                   name: str | None = None):
+    """Adds (graph) or runs (eager) one TfjitRandomReserve op (runtime/random_state.cc):
+    the (key u64[1], counter u64[2]) of a stateful random node's next run (``samples``:
+    "outputs" for a value of ``shape``, "shuffle" for RandomShuffle's).  Eager kernels
+    are cached by their attrs: ``instance`` gives each caller its own state."""
+    return _lib().ops.tfjit_random_reserve(shape=shape, seed=seed, seed2=seed2, samples=samples,
+                                           instance=instance, name=name)
+
+
 def clear_cache() -> None:
     """Drops all executables (the GPU kernel's too). Must not race with running launches."""
     if _library is not None:
