@@ -396,7 +396,7 @@ def signature_of(dtypes_enums: list, shapes: list) -> list:
     for e, s in zip(dtypes_enums, shapes):
         if e > launch.VARIABLE_DTYPE_OFFSET:
             e -= launch.VARIABLE_DTYPE_OFFSET
-        d = dt.from_tf_enum(e)
+        d = dt.edge_from_tf_enum(e)
         if d is None:
             raise TypeError(f"tfjit cannot compile inputs of TF dtype enum {e}")
         out.append((d, tuple(int(x) for x in s)))

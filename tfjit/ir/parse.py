@@ -63,7 +63,9 @@ def _block(m: Module, rest, computations: dict, n: int) -> None:
                 for j, item in enumerate(_split(root.group(1))):
                     ref, *view = item.split()
                     m.outputs.append(_ref(env, ref))
-                    if view:
+                    if view and view[0].startswith("quantized="):
+                        m.quantized_outputs[j] = _quantized_view(view, m.outputs[-1])
+                    elif view:
                         m.complex_outputs[j] = _complex_view(view, m.outputs[-1])
                 break
             if line == "}":
@@ -85,6 +87,16 @@ def _complex_view(view: list, x: Instr) -> dt.DType:
     if d is None or not d.is_complex or x.dtype is not d.part or x.shape[-1:] != (2,):
         raise IRError(f"output {x!r} {' '.join(view)}: expected complex=c64 or complex=c128 after "
                       "a real view (f32/f64, last dim 2) of it")
+    return d
+
+
+def _quantized_view(view: list, x: Instr) -> dt.DType:
+    """The quantized type of ``quantized=qint8`` after an output (its storage type ``x``)."""
+    name = view[0][len("quantized="):] if len(view) == 1 else None
+    d = next((q for q in dt.QUANTIZED if q.name == name), None)
+    if d is None or x.dtype is not d.storage:
+        raise IRError(f"output {x!r} {' '.join(view)}: expected quantized=<type> after a value of "
+                      "that type's storage type (qint8 on i8, quint8 on u8, ...)")
     return d
 
 
@@ -196,6 +208,10 @@ def _instruction(m: Module, env: dict, line: str, computations: dict) -> None:
                                  or shape[-1:] != (2,)):
             raise IRError(f"parameter({args}): complex={view} needs an f32 (c64) or f64 (c128) "
                           "real view whose last dim is 2")
+        quantized = attrs.get("quantized")
+        if quantized is not None and next((q.storage for q in dt.QUANTIZED if q.name == quantized),
+                                          None) is not dtype:
+            raise IRError(f"parameter({args}): quantized={quantized} needs that type's storage type")
     else:
         operands = [_ref(env, t) for t in _split(args)]
         if op.kind is Kind.CONTROL:

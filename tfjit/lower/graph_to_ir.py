@@ -14,7 +14,8 @@ import numpy as np
 
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
 from tfjit.graph.functions import function_graph, validate
-from tfjit.graph.graphdef import Graph
+from tfjit import dtypes as dt
+from tfjit.graph.graphdef import Graph, TFType
 from tfjit.graph.mark import STRUCTURAL
 from tfjit.ir import interp
 from tfjit.ir.module import Instr, IRError, Module
@@ -50,7 +51,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
     launch op still passes the input) but is read by nothing."""
     m = Module(name)
     m.folder = _fold
-    params = [complex_values.parameter(m, d, shp) for d, shp in signature]
+    params = [_parameter(m, d, shp) for d, shp in signature]
     args = list(params)
     for k, value in (constants or {}).items():
         d, shp = signature[k]
@@ -66,7 +67,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                 m.variable_params.add(k)
                 args[k] = Variable(k, params[k])
                 continue
-            declared = node.attrs["dtype"].ir
+            declared = dt.edge_from_tf_enum(node.attrs["dtype"].enum)
             if declared is not signature[k][0]:
                 raise LoweringError(node.name, node.op,
                                     f"input {k} is {signature[k][0]}, the cluster expects {declared}")
@@ -87,8 +88,26 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
         if isinstance(value, Complex):   # its real view; the launch op sees the complex type
             m.complex_outputs[j] = value.dtype
             m.outputs[j] = complex_values.view(m, value)
+    for node in graph.nodes.values():     # a quantized result: TF sees its quantized type
+        t = node.attrs.get("T") if node.name.startswith(RET_PREFIX) else None
+        if isinstance(t, TFType) and t.quantized:
+            j = int(node.name[len(RET_PREFIX):])
+            m.quantized_outputs[j] = dt.QUANTIZED_BY_TF_ENUM[t.enum]
+            if m.outputs[j].dtype is not m.quantized_outputs[j].storage:
+                raise LoweringError(node.name, node.op, f"output {j} is {m.outputs[j].dtype}, not "
+                                    f"{t.name}'s storage type")
     m.folder = None
     return m
+
+
+def _parameter(m: Module, d, shape):
+    """Parameter ``len(m.params)``: a complex one as its real view (lower/complex.py), a
+    quantized one as its storage integer type marked with the quantized type's name."""
+    if d.is_quantized:
+        p = m.parameter(d.storage, shape)
+        p.attrs["quantized"] = d.name
+        return p
+    return complex_values.parameter(m, d, shape)
 
 
 def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") -> list:

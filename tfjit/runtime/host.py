@@ -50,7 +50,7 @@ def run_executable(exe: Executable, inputs: list) -> list:
         raise ValueError(f"executable takes {s.num_inputs} inputs, got {len(inputs)}")
     args = []
     for k, x in enumerate(inputs):
-        d = dt.from_tf_enum(s.input_dtypes[k])
+        d = dt.edge_from_tf_enum(s.input_dtypes[k])
         want = d.numpy()
         x = np.asarray(x)
         if d.is_complex and x.dtype == d.part.numpy():
@@ -64,7 +64,7 @@ def run_executable(exe: Executable, inputs: list) -> list:
     for o in range(s.num_outputs):
         shape = tuple(s.output_dims[pos:pos + s.output_ranks[o]])
         pos += s.output_ranks[o]
-        dtype = dt.from_tf_enum(s.output_dtypes[o]).numpy()
+        dtype = dt.edge_from_tf_enum(s.output_dtypes[o]).numpy()
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         outputs.append(aligned_empty(nbytes)[:nbytes].view(dtype).reshape(shape))
     arena = aligned_empty(s.arena_bytes)
