@@ -109,6 +109,11 @@ class Module:
         # attrs["quantized"] naming the TF type; outputs listed here ({output index:
         # quantized DType}) are handed to TF as that type (dtypes.py).
         self.quantized_outputs: dict = {}
+        # Data-dependent shapes (lower/where.py): {output j: output c}: j is computed in
+        # its bound and TF gets its first rows, as many as the i64 output c (a last one)
+        # holds; while lowering, ``bounded`` maps such a value to its count.
+        self.output_rows: dict = {}
+        self.bounded: dict = {}
 
     # -- bookkeeping --------------------------------------------------------
     def _add(self, instr: Instr) -> Instr:

@@ -63,10 +63,15 @@ def _block(m: Module, rest, computations: dict, n: int) -> None:
                 for j, item in enumerate(_split(root.group(1))):
                     ref, *view = item.split()
                     m.outputs.append(_ref(env, ref))
-                    if view and view[0].startswith("quantized="):
+                    if view and view[0].startswith("rows="):
+                        m.output_rows[j] = _rows_view(view, m.outputs[-1])
+                    elif view and view[0].startswith("quantized="):
                         m.quantized_outputs[j] = _quantized_view(view, m.outputs[-1])
                     elif view:
                         m.complex_outputs[j] = _complex_view(view, m.outputs[-1])
+                for j, c in m.output_rows.items():
+                    if c >= len(m.outputs) or (m.outputs[c].dtype, m.outputs[c].shape) != (dt.I64, ()):
+                        raise IRError(f"output {j}: rows={c} does not name an i64[] output")
                 break
             if line == "}":
                 raise IRError("missing 'ROOT (...)' line")
@@ -88,6 +93,15 @@ def _complex_view(view: list, x: Instr) -> dt.DType:
         raise IRError(f"output {x!r} {' '.join(view)}: expected complex=c64 or complex=c128 after "
                       "a real view (f32/f64, last dim 2) of it")
     return d
+
+
+def _rows_view(view: list, x: Instr) -> int:
+    """The output index of ``rows=c`` after an output of a data-dependent shape."""
+    c = view[0][len("rows="):] if len(view) == 1 else ""
+    if not c.isdigit() or x.rank < 1:
+        raise IRError(f"output {x!r} {' '.join(view)}: expected rows=<output index> after a "
+                      "value of rank >= 1")
+    return int(c)
 
 
 def _quantized_view(view: list, x: Instr) -> dt.DType:

@@ -24,6 +24,7 @@ from tfjit.lower import complex as complex_values
 from tfjit.lower import layout
 from tfjit.lower.registry import Complex, InvalidArgument, Unsupported, lower_node
 from tfjit.lower.variables import Variable
+from tfjit.lower.where import PASS_THROUGH
 
 
 class LoweringError(Exception):
@@ -84,6 +85,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                       key=lambda v: v.param):
         m.outputs.append(var.value)      # written back to the variable after the run
         m.updates.append(var.param)
+    _count_outputs(m)
     for j, value in enumerate(m.outputs):
         if isinstance(value, Complex):   # its real view; the launch op sees the complex type
             m.complex_outputs[j] = value.dtype
@@ -98,6 +100,20 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                                     f"{t.name}'s storage type")
     m.folder = None
     return m
+
+
+def _count_outputs(m: Module) -> None:
+    """Each output of a data-dependent shape (lower/where.py) gets its row count as an
+    output of its own, after every other (the launch op reads it, abi.h)."""
+    counts: dict = {}
+    for j, value in enumerate(list(m.outputs)):
+        count = m.bounded.get(value) if isinstance(value, Instr) else None
+        if count is not None:
+            if count not in counts:
+                counts[count] = len(m.outputs)
+                m.outputs.append(count)
+            m.output_rows[j] = counts[count]
+    m.bounded = {}
 
 
 def _parameter(m: Module, d, shape):
@@ -125,6 +141,7 @@ def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") ->
             continue
         try:
             args = [values[src] for src in node.inputs]
+            _check_bounded(m, node, args)
             if layout.is_nchw(node):     # the NHWC rule between transposes
                 outs = layout.lower_nchw(m, node, args, lambda m_, n_, xs: lower_node(m_, n_, xs, functions))
             else:
@@ -135,6 +152,18 @@ def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") ->
         for k, v in enumerate(outs):
             values[(node.name, k)] = v
     return [outputs[k] for k in range(len(outputs))]
+
+
+def _check_bounded(m: Module, node, args: list) -> None:
+    """A value of a data-dependent shape (Where's) may only leave the cluster, through
+    ops that pass it as is: any other consumer would compute with its bound."""
+    if node.op in PASS_THROUGH or not m.bounded:
+        return
+    for k, (x, src) in enumerate(zip(args, node.inputs)):
+        if isinstance(x, Instr) and x in m.bounded:
+            raise Unsupported(f"input {k} is the result of {{{{node {src[0]}}}}}, whose shape "
+                              "depends on its input's values: tfjit compiles it only as a "
+                              "cluster output, not with a consumer in the same cluster")
 
 
 class Functions:
@@ -195,7 +224,12 @@ class Functions:
         m.folder = _fold
         self._active.append(fname)
         try:
-            return _lower_graph(m, graph, args, self)
+            results = _lower_graph(m, graph, args, self)
+            if any(isinstance(r, Instr) and r in m.bounded for r in results):
+                raise LoweringError(fname, caller.op, "a result's shape depends on its input's "
+                                    "values (Where): tfjit compiles that only as a cluster "
+                                    "output, not as a function's result")
+            return results
         except LoweringError as e:
             where = f"in {fname} (called by {caller.op} {caller.name})"
             raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name,

@@ -39,10 +39,20 @@ def run_compiled(compiled, inputs: list) -> list:
     return run_executable(compiled.executable, inputs)
 
 
+def as_tf_outputs(output_rows: dict, outputs: list) -> list:
+    """The module's ``outputs`` as TF sees them: each of a data-dependent shape
+    (``Module.output_rows``: {output: its row count's output}) cut to its count, and the
+    count outputs (the last ones) left out, as the launch op does (abi.h)."""
+    counts = set(output_rows.values())
+    return [o[:int(outputs[output_rows[j]])] if j in output_rows else o
+            for j, o in enumerate(outputs) if j not in counts]
+
+
 def run_executable(exe: Executable, inputs: list) -> list:
     """The executable's outputs for ``inputs``; ValueError carries a kernel's runtime error.
     A complex input may be given as its real view (shape + [2]); complex outputs come
-    back as complex arrays."""
+    back as complex arrays.  Outputs of a data-dependent shape come back as the module
+    computes them: their whole bound, then their row counts (``as_tf_outputs`` cuts them)."""
     s = exe._struct
     if exe.needs_host_library:
         launch.host_library_in_use()

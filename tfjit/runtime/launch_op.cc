@@ -313,8 +313,9 @@ class TfjitLaunchOp : public AsyncOpKernel {
     for (int i = 0; i < n_in; ++i) bufs[i] = Data(vars.value(ctx, i));
     absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
     absl::InlinedVector<bool, 4> in_place(exe.num_updates, false);
+    absl::InlinedVector<Tensor, 4> bounded;   // data-dependent shapes and their row counts
     TF_RETURN_IF_ERROR(tfjit::SetOutputs(ctx, vars, cluster_, exe, bufs.data() + n_in, &updates,
-                                         &in_place, tfjit::AdviseHugePages));
+                                         &in_place, &bounded, tfjit::AdviseHugePages));
     Tensor arena;      // back to the cache when this launch ends (arena.h)
     if (n_tmp > 0) {
       arena = tfjit::Arenas().Take(&exe, exe.arena_bytes);
@@ -347,7 +348,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
         tfjit::CountUpdate(in_place[u]);
         var->is_initialized = true;
       }
-      return absl::OkStatus();
+      return tfjit::SetBoundedOutputs(ctx, cluster_, exe, bounded);
     }
     if (status.code < 0 || status.code > exe.num_messages) {
       return Invalid("tfjit kernel reported unknown error code ", status.code,
