@@ -104,6 +104,15 @@ def test_a_consumer_in_the_cluster_is_refused_naming_the_node():
         tfjit.function(fn, jit_compile=True)(tf.constant([True, False]), tf.constant([1.0, 2.0]))
 
 
+def test_a_where_returned_by_a_branch_is_refused_naming_the_caller():
+    def fn(p, x):
+        return tf.cond(p, lambda: tf.where(x), lambda: tf.where(tf.logical_not(x)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"shape depends on its input's values "
+                       r"\(Where\): tfjit compiles that only as a cluster output, not as a function's "
+                       r"result"):
+        tfjit.function(fn, jit_compile=True)(tf.constant(True), tf.constant([True, False]))
+
+
 def test_the_module_text_round_trips_and_the_interpreter_agrees():
     x = tf.constant([[0, 3, 0], [7, 0, 1]], tf.int16)
     compiled = tfjit.function(lambda x: tf.where(x), jit_compile=True).compiled(x)

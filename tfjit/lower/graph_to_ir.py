@@ -226,7 +226,7 @@ class Functions:
         try:
             results = _lower_graph(m, graph, args, self)
             if any(isinstance(r, Instr) and r in m.bounded for r in results):
-                raise LoweringError(fname, caller.op, "a result's shape depends on its input's "
+                raise LoweringError(caller.name, caller.op, "a result's shape depends on its input's "
                                     "values (Where): tfjit compiles that only as a cluster "
                                     "output, not as a function's result")
             return results
