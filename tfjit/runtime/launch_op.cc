@@ -33,7 +33,13 @@
 //     leave an in-place variable partly updated, as an error in TF's own
 //     sequence of training ops would.
 //
-//   TfjitStep, TfjitExecutable: defined below. Executables are owned by Python
+//   Data-dependent shapes (Where, lower/where.py): an output with output_rows[o] = c
+//     is written by the kernels into a temporary of its bound (output_dims), and its
+//     row count into output c (an int64 scalar, one of the last num_counts outputs,
+//     which are not the node's); once every kernel succeeded, the op allocates the
+//     node's output with that many rows and copies them (launch_outputs.h).
+//
+//   TfjitStep, TfjitExecutable: abi.h. Executables are owned by Python
 //     and read-only here. Steps run in order, each completing before the next
 //     starts; cost_per_row (estimated CPU cycles per row) decides whether a
 //     step runs inline or sharded. Temps are allocated per launch, 64-byte aligned.
