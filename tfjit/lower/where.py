@@ -37,13 +37,14 @@ def nonzero_coordinates(m: Module, mask: Instr) -> Instr:
         coords, count = m.constant(np.zeros((0, rank), np.int64), dt.I64), m.scalar(0, dt.I64)
     else:
         flat = m.reshape(mask, (n,))
-        ones = m.convert(flat, dt.I64)
-        row = m.scan(ones, "sum", 0, exclusive=True)
+        index = dt.I32 if n < 2**31 else dt.I64     # half the scan's memory traffic
+        row = m.scan(m.convert(flat, index), "sum", 0, exclusive=True)
         ids = m.elementwise(Op.SELECT, flat, row, scalar_like(m, -1, row))
         columns = [m.reshape(m.iota(dt.I64, mask.shape, d), (n, 1)) for d in range(rank)]
         data = columns[0] if rank == 1 else m.concat(columns, 1)
         coords = m.scatter(data, ids, "sum", n)
-        count = m.reduce(ones, "sum", 1)
+        last = [m.reshape(m.slice(v, (n - 1,), (1,)), ()) for v in (row, flat)]
+        count = m.elementwise(Op.ADD, *(m.convert(v, dt.I64) for v in last))   # no pass of its own
     m.bounded[coords] = count
     return coords
 

@@ -354,7 +354,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
         tfjit::CountUpdate(in_place[u]);
         var->is_initialized = true;
       }
-      return tfjit::SetBoundedOutputs(ctx, cluster_, exe, bounded);
+      return tfjit::SetBoundedOutputs(ctx, cluster_, exe, &bounded);
     }
     if (status.code < 0 || status.code > exe.num_messages) {
       return Invalid("tfjit kernel reported unknown error code ", status.code,

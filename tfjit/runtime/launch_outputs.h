@@ -4,6 +4,7 @@
 #ifndef TFJIT_RUNTIME_LAUNCH_OUTPUTS_H_
 #define TFJIT_RUNTIME_LAUNCH_OUTPUTS_H_
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "abi.h"
+#include "arena.h"
 #include "launch_common.h"
 #include "variables.h"
 
@@ -25,7 +27,8 @@ namespace tfjit {
 // `updates` (one per update), written to their variables by Run once every
 // kernel succeeded.  Outputs of a data-dependent shape and the row counts (the last
 // outputs) go to temporaries in `bounded` (one per output), which SetBoundedOutputs
-// hands to TF after the run.  bufs[o] gets output o's data; fresh_output (if set) is
+// hands to TF after the run; a bound is a byte buffer kept between launches (arena.h:
+// a fresh one would be faulted in page by page at every launch).  bufs[o] gets output o's data; fresh_output (if set) is
 // called on each newly allocated output (the CPU kernel's huge-page advice).
 inline absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
                                const std::string& cluster, const TfjitExecutable& exe,
@@ -70,11 +73,25 @@ inline absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
   }
   for (int o = 0; o < exe.num_outputs; ++o) {
     if (exe.output_source[o] >= 0) continue;
-    if (o >= first_count || (o < node_outputs && exe.output_rows[o] >= 0)) {
-      Tensor* t = &(*bounded)[o];     // the whole bound; SetBoundedOutputs takes the rows
-      TF_RETURN_IF_ERROR(ctx->allocate_temp(static_cast<DataType>(exe.output_dtypes[o]),
-                                            shapes[o], t));
+    if (o >= first_count) {           // a row count
+      Tensor* t = &(*bounded)[o];
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT64, TensorShape(), t));
       bufs[o] = Data(*t);
+      continue;
+    }
+    if (o < node_outputs && exe.output_rows[o] >= 0) {   // the whole bound, as bytes
+      const int64_t bytes = std::max<int64_t>(
+          shapes[o].num_elements() * DataTypeSize(static_cast<DataType>(exe.output_dtypes[o])), 1);
+      Tensor* t = &(*bounded)[o];
+      *t = Arenas().Take(&exe.output_rows[o], bytes);
+      if (t->TotalBytes() == 0) {
+        TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, TensorShape({bytes}), t));
+        AdviseHugePages(Data(*t), bytes);
+      }
+      bufs[o] = Data(*t);
+      if (reinterpret_cast<uintptr_t>(bufs[o]) % kTfjitAlign != 0) {
+        return absl::InternalError("tfjit: a bounded output is not kTfjitAlign-byte aligned");
+      }
       continue;
     }
     if (o >= node_outputs) {
@@ -111,26 +128,36 @@ inline absl::Status SetOutputs(OpKernelContext* ctx, const Variables& vars,
 // After a successful run: each output of a data-dependent shape becomes a fresh output
 // holding the first `count` rows of its bound, `count` being its row-count output's
 // value (checked against the bound: a count outside it is the kernel's bug, not data).
+// The bound's buffer goes back to the cache for the next launch.
 inline absl::Status SetBoundedOutputs(OpKernelContext* ctx, const std::string& cluster,
                                       const TfjitExecutable& exe,
-                                      const absl::InlinedVector<Tensor, 4>& bounded) {
+                                      absl::InlinedVector<Tensor, 4>* bounded) {
   if (exe.num_counts == 0) return absl::OkStatus();
+  const int64_t* dims = exe.output_dims;
   for (int o = 0; o < NodeOutputs(exe); ++o) {
+    const int rank = exe.output_ranks[o];
     const int32_t c = exe.output_rows[o];
-    if (c < 0) continue;
-    const Tensor& full = bounded[o];
-    const int64_t count = bounded[c].scalar<int64_t>()();
-    if (count < 0 || count > full.dim_size(0)) {
-      return absl::InternalError(absl::StrCat("tfjit cluster ", cluster, ": output ", o,
-                                              " has ", count, " rows, outside its bound ",
-                                              full.dim_size(0)));
+    if (c >= 0) {
+      TensorShape shape;
+      TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape(absl::Span<const int64_t>(dims, rank),
+                                                       &shape));
+      const int64_t bound = shape.dim_size(0);
+      const int64_t count = (*bounded)[c].scalar<int64_t>()();
+      if (count < 0 || count > bound) {
+        return absl::InternalError(absl::StrCat("tfjit cluster ", cluster, ": output ", o,
+                                                " has ", count, " rows, outside its bound ", bound));
+      }
+      const int64_t row_bytes = bound == 0 ? 0 : shape.num_elements() / bound *
+          DataTypeSize(static_cast<DataType>(exe.output_dtypes[o]));
+      shape.set_dim(0, count);
+      Tensor* out = nullptr;
+      TF_RETURN_IF_ERROR(ctx->allocate_output(o, shape, &out));
+      if (count > 0 && row_bytes > 0) {
+        std::memcpy(Data(*out), Data((*bounded)[o]), count * row_bytes);
+      }
+      Arenas().Give(&exe.output_rows[o], std::move((*bounded)[o]));
     }
-    TensorShape shape = full.shape();
-    shape.set_dim(0, count);
-    Tensor* out = nullptr;
-    TF_RETURN_IF_ERROR(ctx->allocate_output(o, shape, &out));
-    const size_t row_bytes = full.dim_size(0) == 0 ? 0 : full.TotalBytes() / full.dim_size(0);
-    if (count > 0 && row_bytes > 0) std::memcpy(Data(*out), Data(full), count * row_bytes);
+    dims += rank;
   }
   return absl::OkStatus();
 }
