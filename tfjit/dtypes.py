@@ -6,7 +6,11 @@ runtime hands TF enums to the launch op.  float16/bfloat16 are storage types:
 lowering converts them to float32 on load and back on store.  complex64/complex128
 exist only at the edges: lowering computes a complex tensor as two real ones
 (``part``: f32/f64, lower/complex.py), and a complex buffer of shape S is read and
-written as its real view of shape S + [2] (interleaved re, im).
+written as its real view of shape S + [2] (interleaved re, im).  The quantized types
+(qint8, quint8, qint16, quint16, qint32) are plain integers in memory: tfjit computes
+none of them, but the data-movement ops TF's CPU kernels run on them pass them through
+as their ``storage`` integer type (lower/registry.py ``quantized=``); only the cluster's
+edges (what the launch op sees) carry the quantized type.
 """
 from __future__ import annotations
 
@@ -47,6 +51,15 @@ class DType:
         return F32 if self.bits == 64 else F64
 
     @property
+    def is_quantized(self) -> bool:
+        return self.kind == "quantized"
+
+    @property
+    def storage(self) -> "DType":
+        """The integer type a quantized type is stored as (itself for every other type)."""
+        return _STORAGE.get(self.name, self)
+
+    @property
     def itemsize(self) -> int:
         return max(1, self.bits // 8)
 
@@ -81,6 +94,15 @@ PRED = DType("pred", 10, "bool", 8, "bool")
 C64 = DType("c64", 8, "complex64", 64, "complex")
 C128 = DType("c128", 18, "complex128", 128, "complex")
 
+QINT8 = DType("qint8", 11, "int8", 8, "quantized")
+QUINT8 = DType("quint8", 12, "uint8", 8, "quantized")
+QINT32 = DType("qint32", 13, "int32", 32, "quantized")
+QINT16 = DType("qint16", 15, "int16", 16, "quantized")
+QUINT16 = DType("quint16", 16, "uint16", 16, "quantized")
+QUANTIZED = (QINT8, QUINT8, QINT16, QUINT16, QINT32)   # never an IR element type
+_STORAGE = {"qint8": I8, "quint8": U8, "qint16": I16, "quint16": U16, "qint32": I32}
+QUANTIZED_BY_TF_ENUM = {d.tf_enum: d for d in QUANTIZED}
+
 ALL = (F16, BF16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, PRED)   # the IR's element types
 COMPLEX = (C64, C128)
 BY_NAME = {d.name: d for d in ALL + COMPLEX}
@@ -93,8 +115,19 @@ def from_tf_enum(value: int) -> DType | None:
     return BY_TF_ENUM.get(int(value))
 
 
+def edge_from_tf_enum(value: int) -> DType | None:
+    """As ``from_tf_enum``, quantized types included: the types a cluster's inputs and
+    outputs may have (a quantized one is its storage type inside the cluster)."""
+    return BY_TF_ENUM.get(int(value)) or QUANTIZED_BY_TF_ENUM.get(int(value))
+
+
 def from_name(name: str) -> DType:
-    return BY_NAME[name]
+    if name in BY_NAME:
+        return BY_NAME[name]
+    for d in QUANTIZED:
+        if d.name == name:
+            return d
+    raise KeyError(name)
 
 
 def complex_view(x: np.ndarray) -> np.ndarray:

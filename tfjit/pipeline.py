@@ -192,6 +192,11 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
     """The kernels of ``o`` as LLVM IR for ``target``; NotForTarget when the module needs
     what the target lacks (a dot or convolution on a target without a runtime library)."""
     kinds = {f.kind for f in fusion.walk(o.fusions)}
+    if o.module.output_rows and (target.gpu_arch or target.compiler is None):   # GPU, AOT
+        j = next(iter(o.module.output_rows))
+        raise NotForTarget(o.module.outputs[j], f"{target.name} code cannot return a result whose "
+                           "shape depends on the data (Where): only the JIT's launch op and "
+                           "host runner take its row count")
     if target.gpu_arch:
         nvptx.refuse(o.fusions, target)
     if "library" in kinds and not target.library_prefix:
@@ -318,7 +323,8 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         update_inputs=list(m.updates),
         update_in_place=o.plan.update_in_place,
         keepalive=code,
-        runtime=e.runtime)
+        runtime=e.runtime,
+        output_rows=[m.output_rows.get(j, -1) for j in range(len(m.outputs))])
     _mark("executable")
     return Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
                     time.perf_counter() - start)
@@ -396,7 +402,7 @@ def signature_of(dtypes_enums: list, shapes: list) -> list:
     for e, s in zip(dtypes_enums, shapes):
         if e > launch.VARIABLE_DTYPE_OFFSET:
             e -= launch.VARIABLE_DTYPE_OFFSET
-        d = dt.from_tf_enum(e)
+        d = dt.edge_from_tf_enum(e)
         if d is None:
             raise TypeError(f"tfjit cannot compile inputs of TF dtype enum {e}")
         out.append((d, tuple(int(x) for x in s)))

@@ -406,7 +406,7 @@ def _signature_entry(t, cf):
     if t.dtype != tf.resource:
         if not t.shape.is_fully_defined():
             return None
-        return dt.from_tf_enum(t.dtype.as_datatype_enum), tuple(t.shape)
+        return dt.edge_from_tf_enum(t.dtype.as_datatype_enum), tuple(t.shape)
     outer = next((o for o, inner in cf.graph.captures if inner is t), None)
     handle_data = getattr(outer, "_handle_data", None)
     if outer is None or not hasattr(outer, "numpy") or handle_data is None \

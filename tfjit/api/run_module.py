@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     from tfjit.codegen.target import NotForTarget
     from tfjit.pipeline import compile_module, compile_ptx   # the compiler loads only now
     from tfjit.runtime import cuda
-    from tfjit.runtime.host import run_compiled
+    from tfjit.runtime.host import as_tf_outputs, run_compiled
     try:
         with open(args.path) as f:
             text = f.read()
@@ -140,6 +140,8 @@ def main(argv=None) -> int:
         got, got_err = _run(lambda: run_compiled(compiled, inputs))
         if got and reference.complex_outputs:      # compared as the IR's real views
             got = [dt.complex_view(g) if k in reference.complex_outputs else g for k, g in enumerate(got)]
+        if got and reference.output_rows and args.reference == "tf":   # TF's [count, rank]
+            got = as_tf_outputs(reference.output_rows, got)
         problems = []
         if want_err or got_err:
             if bool(want_err) != bool(got_err):

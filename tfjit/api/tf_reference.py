@@ -63,7 +63,9 @@ class TFReference:
                 raise IRError(f"{path}: not a GraphDef in text form: {e}") from None
         nodes = {n.name: n for n in gd.node}
         self.feeds, self.fetches = [], []
-        self.params, self.outputs = module.boundary_params(), module.boundary_outputs()
+        counts = len(set(module.output_rows.values()))     # row counts: not TF's outputs
+        self.params = module.boundary_params()
+        self.outputs = module.boundary_outputs()[:len(module.outputs) - counts]
         for k, (dtype, shape) in enumerate(self.params):
             node = nodes.get(f"{ARG_PREFIX}{k}")
             if node is None or node.op != "Placeholder":
@@ -80,7 +82,7 @@ class TFReference:
                  f"{_SCOPE}/{n}:0" not in self.feeds]
         if extra:
             raise IRError(f"{path}: placeholders {extra} have no module parameter")
-        for j in range(len(module.outputs)):
+        for j in range(len(self.outputs)):
             if f"{RET_PREFIX}{j}" not in nodes:
                 raise IRError(f"{path}: no {RET_PREFIX}{j} for output {j}")
             self.fetches.append(f"{_SCOPE}/{RET_PREFIX}{j}:0")

@@ -133,6 +133,9 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     counts as that many, see ``effective_size``), except a cluster of 2 or more
     that is the whole graph.
 
+    A node of an op in ``DATA_DEPENDENT`` (Where) never shares a cluster with a consumer:
+    its result's shape is known only when it has run, so it must leave its cluster.
+
     A contraction of clusters A and B is refused when a path leaves A and
     reaches B (or the reverse) through a node outside both: the merged cluster
     would then both feed and consume that node.  The search only visits nodes
@@ -152,6 +155,11 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
     for n in order:
         for src in graph.sources(n):
             succ[src].append(n.name)
+    dynamic = {c: {c} if graph.nodes[c].op in DATA_DEPENDENT else set() for c in cluster}
+
+    def feeds_dynamic(a: str, b: str) -> bool:
+        """Does a data-dependent node of cluster a feed a member of cluster b?"""
+        return any(s in members[b] for w in dynamic[a] for s in succ[w])
 
     def find(x):
         while cluster[x] != x:
@@ -200,6 +208,8 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
                 continue
             if max_size and size[a] + size[b] > max_size:
                 continue
+            if feeds_dynamic(a, b) or feeds_dynamic(b, a):
+                continue
             if path_avoiding(a, b, last[b]) or path_avoiding(b, a, last[a]):
                 continue
             keep, gone = (a, b) if pos[a] < pos[b] else (b, a)
@@ -208,6 +218,7 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
             leaving[keep] = {s for s in leaving[keep] | leaving.pop(gone) if s not in members[keep]}
             last[keep] = max(last[keep], last.pop(gone))
             size[keep] += size.pop(gone)
+            dynamic[keep] |= dynamic.pop(gone)
     # A cluster holding every node of the graph that computes anything is kept at any
     # size from 2 effective ops: it replaces all of TF's ops by one launch, so it can
     # only save overhead. (Not from 1: a lone one-pass op gains nothing from fusion.
@@ -218,6 +229,9 @@ def auto_clusters(graph: Graph, marks: dict, min_size: int, max_size: int | None
            if size[root] >= min_size or (whole and size[root] >= 2)]
     return sorted(out, key=lambda c: pos[c[0]])
 
+
+# Ops whose result's shape depends on their input's values (lower/where.py).
+DATA_DEPENDENT = frozenset({"Where"})
 
 _FREE = frozenset({"Identity", "Const", "IdentityN", "StopGradient", "Snapshot", "NoOp"}) | STRUCTURAL
 

@@ -24,7 +24,14 @@ class TFType:
 
     @property
     def ir(self) -> dt.DType | None:
-        return dt.from_tf_enum(self.enum)
+        """The IR element type of this TF type (a quantized type's storage integer type;
+        lower/registry.py refuses quantized types where a rule does not take them)."""
+        d = dt.edge_from_tf_enum(self.enum)
+        return d.storage if d is not None else None
+
+    @property
+    def quantized(self) -> bool:
+        return self.enum in dt.QUANTIZED_BY_TF_ENUM
 
 
 def _tf_type(enum: int) -> TFType:

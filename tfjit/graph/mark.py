@@ -2,7 +2,8 @@
 
 A node is a candidate when a lowering exists for its op and dtypes, its output
 shapes follow from input shapes and compile-time constants (not from input
-values), and compiling it would not change what it does (random numbers,
+values; the one exception, Where, compiles as a cluster output only: lower/where.py),
+and compiling it would not change what it does (random numbers,
 assertions, printing, I/O and other stateful ops stay with TensorFlow).
 """
 from __future__ import annotations
@@ -15,7 +16,6 @@ from tfjit.lower.registry import refusal
 _WHY = {
     "Unique": "output shape depends on input values",
     "UniqueV2": "output shape depends on input values",
-    "Where": "output shape depends on input values",
     "NonMaxSuppressionV5": "output shape depends on input values",
     "BooleanMask": "output shape depends on input values",
     "DynamicPartition": "output shape depends on input values",

@@ -105,6 +105,15 @@ class Module:
         # part[S + [2]] with attrs["complex"] naming the complex type; outputs listed
         # here ({output index: complex DType}) are such views of complex results.
         self.complex_outputs: dict = {}
+        # Quantized edges: a quantized parameter is its storage integer type with
+        # attrs["quantized"] naming the TF type; outputs listed here ({output index:
+        # quantized DType}) are handed to TF as that type (dtypes.py).
+        self.quantized_outputs: dict = {}
+        # Data-dependent shapes (lower/where.py): {output j: output c}: j is computed in
+        # its bound and TF gets its first rows, as many as the i64 output c (a last one)
+        # holds; while lowering, ``bounded`` maps such a value to its count.
+        self.output_rows: dict = {}
+        self.bounded: dict = {}
 
     # -- bookkeeping --------------------------------------------------------
     def _add(self, instr: Instr) -> Instr:
@@ -158,13 +167,16 @@ class Module:
 
     def boundary_params(self) -> list:
         """[(DType, shape)] of the parameters as TensorFlow sees them (complex ones as
-        their complex type and shape, not the real view the IR reads)."""
+        their complex type and shape, not the real view the IR reads; quantized ones as
+        their quantized type)."""
         return [(dt.from_name(p.attrs["complex"]), p.shape[:-1]) if "complex" in p.attrs
+                else (dt.from_name(p.attrs["quantized"]), p.shape) if "quantized" in p.attrs
                 else (p.dtype, p.shape) for p in self.params]
 
     def boundary_outputs(self) -> list:
         """[(DType, shape)] of the outputs as TensorFlow sees them (see boundary_params)."""
         return [(self.complex_outputs[j], o.shape[:-1]) if j in self.complex_outputs
+                else (self.quantized_outputs[j], o.shape) if j in self.quantized_outputs
                 else (o.dtype, o.shape) for j, o in enumerate(self.outputs)]
 
     # -- builders -----------------------------------------------------------

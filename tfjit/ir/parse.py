@@ -63,8 +63,15 @@ def _block(m: Module, rest, computations: dict, n: int) -> None:
                 for j, item in enumerate(_split(root.group(1))):
                     ref, *view = item.split()
                     m.outputs.append(_ref(env, ref))
-                    if view:
+                    if view and view[0].startswith("rows="):
+                        m.output_rows[j] = _rows_view(view, m.outputs[-1])
+                    elif view and view[0].startswith("quantized="):
+                        m.quantized_outputs[j] = _quantized_view(view, m.outputs[-1])
+                    elif view:
                         m.complex_outputs[j] = _complex_view(view, m.outputs[-1])
+                for j, c in m.output_rows.items():
+                    if c >= len(m.outputs) or (m.outputs[c].dtype, m.outputs[c].shape) != (dt.I64, ()):
+                        raise IRError(f"output {j}: rows={c} does not name an i64[] output")
                 break
             if line == "}":
                 raise IRError("missing 'ROOT (...)' line")
@@ -85,6 +92,25 @@ def _complex_view(view: list, x: Instr) -> dt.DType:
     if d is None or not d.is_complex or x.dtype is not d.part or x.shape[-1:] != (2,):
         raise IRError(f"output {x!r} {' '.join(view)}: expected complex=c64 or complex=c128 after "
                       "a real view (f32/f64, last dim 2) of it")
+    return d
+
+
+def _rows_view(view: list, x: Instr) -> int:
+    """The output index of ``rows=c`` after an output of a data-dependent shape."""
+    c = view[0][len("rows="):] if len(view) == 1 else ""
+    if not c.isdigit() or x.rank < 1:
+        raise IRError(f"output {x!r} {' '.join(view)}: expected rows=<output index> after a "
+                      "value of rank >= 1")
+    return int(c)
+
+
+def _quantized_view(view: list, x: Instr) -> dt.DType:
+    """The quantized type of ``quantized=qint8`` after an output (its storage type ``x``)."""
+    name = view[0][len("quantized="):] if len(view) == 1 else None
+    d = next((q for q in dt.QUANTIZED if q.name == name), None)
+    if d is None or x.dtype is not d.storage:
+        raise IRError(f"output {x!r} {' '.join(view)}: expected quantized=<type> after a value of "
+                      "that type's storage type (qint8 on i8, quint8 on u8, ...)")
     return d
 
 
@@ -196,6 +222,10 @@ def _instruction(m: Module, env: dict, line: str, computations: dict) -> None:
                                  or shape[-1:] != (2,)):
             raise IRError(f"parameter({args}): complex={view} needs an f32 (c64) or f64 (c128) "
                           "real view whose last dim is 2")
+        quantized = attrs.get("quantized")
+        if quantized is not None and next((q.storage for q in dt.QUANTIZED if q.name == quantized),
+                                          None) is not dtype:
+            raise IRError(f"parameter({args}): quantized={quantized} needs that type's storage type")
     else:
         operands = [_ref(env, t) for t in _split(args)]
         if op.kind is Kind.CONTROL:

@@ -8,7 +8,10 @@
     }
 
 A complex edge (lower/complex.py) shows as the real view's parameter with
-``complex=c64`` and as ``ROOT (%concatenate.9 complex=c64)`` for an output.
+``complex=c64`` and as ``ROOT (%concatenate.9 complex=c64)`` for an output; a
+quantized edge as its storage type with ``quantized=qint8`` (``ROOT (%p0 quantized=qint8)``).
+An output of a data-dependent shape names the output holding its row count:
+``ROOT (%scatter.7 rows=1, %reduce.5)``.
 
 Constants print their values in full (row-major) so a dumped module can be
 re-run exactly.  ``parse_module`` (parse.py) reads this form back.
@@ -79,9 +82,11 @@ def instr_str(i: Instr) -> str:
 def _block(keyword: str, m: Module) -> list:
     lines = [f"{keyword} {m.name} {{"]
     lines += ["  " + instr_str(i) for i in m.instrs]
-    views = m.complex_outputs
-    lines.append("  ROOT (" + ", ".join(repr(o) + (f" complex={views[j].name}" if j in views else "")
-                                       for j, o in enumerate(m.outputs)) + ")")
+    views = {j: f" complex={d.name}" for j, d in m.complex_outputs.items()}
+    views.update({j: f" quantized={d.name}" for j, d in m.quantized_outputs.items()})
+    views.update({j: f" rows={c}" for j, c in m.output_rows.items()})
+    lines.append("  ROOT (" + ", ".join(repr(o) + views.get(j, "") for j, o in enumerate(m.outputs))
+                 + ")")
     lines.append("}")
     return lines
 

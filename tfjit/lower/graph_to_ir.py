@@ -14,7 +14,8 @@ import numpy as np
 
 from tfjit.graph.cluster import ARG_PREFIX, RET_PREFIX
 from tfjit.graph.functions import function_graph, validate
-from tfjit.graph.graphdef import Graph
+from tfjit import dtypes as dt
+from tfjit.graph.graphdef import Graph, TFType
 from tfjit.graph.mark import STRUCTURAL
 from tfjit.ir import interp
 from tfjit.ir.module import Instr, IRError, Module
@@ -23,6 +24,7 @@ from tfjit.lower import complex as complex_values
 from tfjit.lower import layout
 from tfjit.lower.registry import Complex, InvalidArgument, Unsupported, lower_node
 from tfjit.lower.variables import Variable
+from tfjit.lower.where import PASS_THROUGH
 
 
 class LoweringError(Exception):
@@ -50,7 +52,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
     launch op still passes the input) but is read by nothing."""
     m = Module(name)
     m.folder = _fold
-    params = [complex_values.parameter(m, d, shp) for d, shp in signature]
+    params = [_parameter(m, d, shp) for d, shp in signature]
     args = list(params)
     for k, value in (constants or {}).items():
         d, shp = signature[k]
@@ -66,7 +68,7 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                 m.variable_params.add(k)
                 args[k] = Variable(k, params[k])
                 continue
-            declared = node.attrs["dtype"].ir
+            declared = dt.edge_from_tf_enum(node.attrs["dtype"].enum)
             if declared is not signature[k][0]:
                 raise LoweringError(node.name, node.op,
                                     f"input {k} is {signature[k][0]}, the cluster expects {declared}")
@@ -83,12 +85,45 @@ def lower_cluster(graph: Graph, signature: list, name: str, constants: dict | No
                       key=lambda v: v.param):
         m.outputs.append(var.value)      # written back to the variable after the run
         m.updates.append(var.param)
+    _count_outputs(m)
     for j, value in enumerate(m.outputs):
         if isinstance(value, Complex):   # its real view; the launch op sees the complex type
             m.complex_outputs[j] = value.dtype
             m.outputs[j] = complex_values.view(m, value)
+    for node in graph.nodes.values():     # a quantized result: TF sees its quantized type
+        t = node.attrs.get("T") if node.name.startswith(RET_PREFIX) else None
+        if isinstance(t, TFType) and t.quantized:
+            j = int(node.name[len(RET_PREFIX):])
+            m.quantized_outputs[j] = dt.QUANTIZED_BY_TF_ENUM[t.enum]
+            if m.outputs[j].dtype is not m.quantized_outputs[j].storage:
+                raise LoweringError(node.name, node.op, f"output {j} is {m.outputs[j].dtype}, not "
+                                    f"{t.name}'s storage type")
     m.folder = None
     return m
+
+
+def _count_outputs(m: Module) -> None:
+    """Each output of a data-dependent shape (lower/where.py) gets its row count as an
+    output of its own, after every other (the launch op reads it, abi.h)."""
+    counts: dict = {}
+    for j, value in enumerate(list(m.outputs)):
+        count = m.bounded.get(value) if isinstance(value, Instr) else None
+        if count is not None:
+            if count not in counts:
+                counts[count] = len(m.outputs)
+                m.outputs.append(count)
+            m.output_rows[j] = counts[count]
+    m.bounded = {}
+
+
+def _parameter(m: Module, d, shape):
+    """Parameter ``len(m.params)``: a complex one as its real view (lower/complex.py), a
+    quantized one as its storage integer type marked with the quantized type's name."""
+    if d.is_quantized:
+        p = m.parameter(d.storage, shape)
+        p.attrs["quantized"] = d.name
+        return p
+    return complex_values.parameter(m, d, shape)
 
 
 def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") -> list:
@@ -106,6 +141,7 @@ def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") ->
             continue
         try:
             args = [values[src] for src in node.inputs]
+            _check_bounded(m, node, args)
             if layout.is_nchw(node):     # the NHWC rule between transposes
                 outs = layout.lower_nchw(m, node, args, lambda m_, n_, xs: lower_node(m_, n_, xs, functions))
             else:
@@ -116,6 +152,18 @@ def _lower_graph(m: Module, graph: Graph, args: list, functions: "Functions") ->
         for k, v in enumerate(outs):
             values[(node.name, k)] = v
     return [outputs[k] for k in range(len(outputs))]
+
+
+def _check_bounded(m: Module, node, args: list) -> None:
+    """A value of a data-dependent shape (Where's) may only leave the cluster, through
+    ops that pass it as is: any other consumer would compute with its bound."""
+    if node.op in PASS_THROUGH or not m.bounded:
+        return
+    for k, (x, src) in enumerate(zip(args, node.inputs)):
+        if isinstance(x, Instr) and x in m.bounded:
+            raise Unsupported(f"input {k} is the result of {{{{node {src[0]}}}}}, whose shape "
+                              "depends on its input's values: tfjit compiles it only as a "
+                              "cluster output, not with a consumer in the same cluster")
 
 
 class Functions:
@@ -176,7 +224,12 @@ class Functions:
         m.folder = _fold
         self._active.append(fname)
         try:
-            return _lower_graph(m, graph, args, self)
+            results = _lower_graph(m, graph, args, self)
+            if any(isinstance(r, Instr) and r in m.bounded for r in results):
+                raise LoweringError(caller.name, caller.op, "a result's shape depends on its input's "
+                                    "values (Where): tfjit compiles that only as a cluster "
+                                    "output, not as a function's result")
+            return results
         except LoweringError as e:
             where = f"in {fname} (called by {caller.op} {caller.name})"
             raise LoweringError(e.node, e.op, f"{e.reason}; {where}", caller.name,

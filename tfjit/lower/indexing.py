@@ -20,7 +20,7 @@ import math
 from tfjit import dtypes as dt
 from tfjit.ir.module import INDEX_DTYPES, Instr, scatter_identity
 from tfjit.ir.ops import Op
-from tfjit.lower.registry import ALL, NUMERIC, InvalidArgument, Unsupported, broadcast_to, register
+from tfjit.lower.registry import ALL, NUMERIC, QUANTIZED_MOVES, InvalidArgument, Unsupported, broadcast_to, register
 from tfjit.lower.variables import _assign, _declared, _var
 
 
@@ -55,7 +55,7 @@ def gather(ctx, params: Instr, indices: Instr, axis: int, batch_dims: int) -> In
     return ctx.m.gather(params, _index(ctx, indices), axis, batch_dims)
 
 
-@register("GatherV2", "Gather", dtypes=ALL, const_inputs=(2,))
+@register("GatherV2", "Gather", dtypes=ALL, const_inputs=(2,), quantized=QUANTIZED_MOVES)
 def _gather(ctx):
     axis = ctx.const_ints(2, "GatherV2's axis")[0] if ctx.node.op == "GatherV2" else 0
     return gather(ctx, ctx.inputs[0], ctx.inputs[1], axis, int(ctx.attr("batch_dims", 0)))

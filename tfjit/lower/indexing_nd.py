@@ -17,7 +17,7 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
 from tfjit.lower.indexing import _index
-from tfjit.lower.registry import ALL, NUMERIC, Unsupported, broadcast_to, register
+from tfjit.lower.registry import ALL, NUMERIC, QUANTIZED_8_32, Unsupported, broadcast_to, register
 from tfjit.lower.variables import _assign, _declared, _var
 
 
@@ -49,7 +49,7 @@ def _indices(ctx, indices: Instr) -> Instr:
     return indices
 
 
-@register("GatherNd", dtypes=ALL, type_attr="Tparams")
+@register("GatherNd", dtypes=ALL, type_attr="Tparams", quantized=QUANTIZED_8_32)
 def _gather_nd(ctx):
     m, params, indices = ctx.m, ctx.inputs[0], _indices(ctx, ctx.inputs[1])
     k = indices.shape[-1]

@@ -38,6 +38,11 @@ FLOATS = (dt.F16, dt.BF16, dt.F32, dt.F64)
 INTS = (dt.I8, dt.I16, dt.I32, dt.I64, dt.U8, dt.U16, dt.U32, dt.U64)
 NUMERIC = FLOATS + INTS
 ALL = NUMERIC + (dt.PRED,)
+# The quantized types that TF's CPU kernels of the plainest data movement (Identity,
+# Reshape, ExpandDims, Squeeze, ConcatV2, GatherV2) run; Slice, StridedSlice, GatherNd
+# and Pad's run only the 8-bit and 32-bit ones (QUANTIZED_8_32), Split's only quint8.
+QUANTIZED_MOVES = ("qint8", "quint8", "qint16", "quint16", "qint32")
+QUANTIZED_8_32 = ("qint8", "quint8", "qint32")
 
 
 class Unsupported(Exception):
@@ -92,6 +97,7 @@ class Rule:
     opaque_types: frozenset = frozenset()
     type_attr: str = "T"
     const_inputs: object = ()     # input indices (negative: from the end), or fn(node, value_of)
+    quantized: frozenset = frozenset()   # quantized TF types (names) the op moves as integers
 
 
 RULES: dict[str, Rule] = {}
@@ -131,7 +137,7 @@ class Complex:
 
 
 def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
-             opaque_types=(), type_attr: str = "T", const_inputs=()):
+             opaque_types=(), type_attr: str = "T", const_inputs=(), quantized=()):
     """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
     (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
     that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone.
@@ -142,13 +148,16 @@ def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: in
     ``const_inputs``: the inputs the rule needs as compile-time constants: indices
     (negative ones count from the last input), or ``fn(node, value_of) -> indices`` when
     that depends on the node (``value_of(i)``: input i's value when a Const makes it, else
-    None)."""
+    None).  ``quantized``: the quantized TF types (``QUANTIZED_MOVES`` and its subsets) the op
+    takes: only pure data movement, and only the types TF's CPU kernel for it runs; the
+    rule then sees their storage integer type (``ctx.dtype`` is i8 for qint8)."""
     def deco(fn):
         for op in ops:
             if op in RULES:
                 raise ValueError(f"duplicate lowering for {op}")
             RULES[op] = Rule(fn, tuple(dtypes), half_in_f32, tf_passes, frozenset(opaque_types),
-                             type_attr, const_inputs if callable(const_inputs) else tuple(const_inputs))
+                             type_attr, const_inputs if callable(const_inputs) else tuple(const_inputs),
+                             frozenset(quantized))
         return fn
     return deco
 
@@ -264,7 +273,8 @@ def refusal(node: Node) -> str | None:
     for key, value in node.attrs.items():
         values = value if isinstance(value, tuple) else (value,)
         for v in values:
-            if isinstance(v, TFType) and v.ir is None and v.name not in rule.opaque_types:
+            if isinstance(v, TFType) and (v.ir is None or v.quantized and v.name not in rule.quantized) \
+                    and v.name not in rule.opaque_types:
                 return f"{node.op} with {key}={v.name}: tfjit does not compile {v.name} tensors"
     if is_complex_node(node):
         return None          # complex rules check their types themselves

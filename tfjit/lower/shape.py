@@ -47,13 +47,15 @@ def _const(ctx: LowerCtx):
     return ctx.m.constant(ctx.attr("value"), ctx.attr("dtype").ir)
 
 
-@register("Identity", "StopGradient", "Snapshot", "PreventGradient", dtypes=registry.ALL,
-          opaque_types=("variant",))      # a TensorList (lower/tensor_list.py) passes through
+@register("Identity", "StopGradient", "PreventGradient", dtypes=registry.ALL,
+          opaque_types=("variant",),      # a TensorList (lower/tensor_list.py) passes through
+          quantized=registry.QUANTIZED_MOVES)
+@register("Snapshot", dtypes=registry.ALL, opaque_types=("variant",))  # TF's: no quantized types
 def _identity(ctx: LowerCtx):
     return ctx.inputs[0]
 
 
-@register("IdentityN", dtypes=registry.ALL)
+@register("IdentityN", dtypes=registry.ALL, quantized=registry.QUANTIZED_MOVES)
 def _identity_n(ctx: LowerCtx):
     return list(ctx.inputs)
 
@@ -76,13 +78,13 @@ def reshape_target(in_shape: tuple, sizes: list) -> tuple:
     return tuple(sizes)
 
 
-@register("Reshape", dtypes=registry.ALL, const_inputs=(1,))
+@register("Reshape", dtypes=registry.ALL, const_inputs=(1,), quantized=registry.QUANTIZED_MOVES)
 def _reshape(ctx: LowerCtx):
     x = ctx.inputs[0]
     return ctx.m.reshape(x, reshape_target(x.shape, ctx.const_ints(1, "Reshape's shape")))
 
 
-@register("ExpandDims", dtypes=registry.ALL, const_inputs=(1,))
+@register("ExpandDims", dtypes=registry.ALL, const_inputs=(1,), quantized=registry.QUANTIZED_MOVES)
 def _expand_dims(ctx: LowerCtx):
     x, axes = ctx.inputs[0], ctx.const_ints(1, "ExpandDims' axis")
     if len(axes) != 1:
@@ -91,7 +93,7 @@ def _expand_dims(ctx: LowerCtx):
     return ctx.m.reshape(x, x.shape[:axis] + (1,) + x.shape[axis:])
 
 
-@register("Squeeze", dtypes=registry.ALL)
+@register("Squeeze", dtypes=registry.ALL, quantized=registry.QUANTIZED_MOVES)
 def _squeeze(ctx: LowerCtx):
     x = ctx.inputs[0]
     dims = {_axis(d, x.rank, "Squeeze dim") for d in ctx.attr("squeeze_dims", ())}
@@ -155,7 +157,7 @@ def _tile(ctx: LowerCtx):
 
 # -- padding, slicing, joining -----------------------------------------------
 
-@register("Pad", "PadV2", dtypes=registry.ALL, const_inputs=(1,))
+@register("Pad", "PadV2", dtypes=registry.ALL, const_inputs=(1,), quantized=registry.QUANTIZED_8_32)
 def _pad(ctx: LowerCtx):
     x = ctx.inputs[0]
     paddings = np.asarray(ctx.const(1, f"{ctx.node.op}'s paddings")).astype(np.int64)
@@ -170,7 +172,7 @@ def _pad(ctx: LowerCtx):
     return ctx.m.pad(x, value, paddings[:, 0].tolist(), paddings[:, 1].tolist())
 
 
-@register("Slice", dtypes=registry.ALL, const_inputs=(1, 2))
+@register("Slice", dtypes=registry.ALL, const_inputs=(1, 2), quantized=registry.QUANTIZED_8_32)
 def _slice(ctx: LowerCtx):
     x = ctx.inputs[0]
     begin, size = ctx.const_ints(1, "Slice's begin"), ctx.const_ints(2, "Slice's size")
@@ -259,7 +261,8 @@ def _strided_slice_const_inputs(node, value_of) -> tuple:
     return (3,)
 
 
-@register("StridedSlice", dtypes=registry.ALL, const_inputs=_strided_slice_const_inputs)
+@register("StridedSlice", dtypes=registry.ALL, const_inputs=_strided_slice_const_inputs,
+          quantized=registry.QUANTIZED_8_32)
 def _strided_slice(ctx: LowerCtx):
     x = ctx.inputs[0]
     if ctx.inputs[1].op is not Op.CONSTANT and ctx.inputs[3].op is Op.CONSTANT:
@@ -311,7 +314,7 @@ def _join(ctx: LowerCtx, xs: list, axis: int) -> Instr:
     return ctx.m.concat(non_empty or xs[:1], axis)
 
 
-@register("ConcatV2", dtypes=registry.ALL, const_inputs=(-1,))
+@register("ConcatV2", dtypes=registry.ALL, const_inputs=(-1,), quantized=registry.QUANTIZED_MOVES)
 def _concat(ctx: LowerCtx):
     xs, axis = ctx.inputs[:-1], ctx.const_ints(len(ctx.inputs) - 1, "ConcatV2's axis")
     if xs[0].rank == 0:

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 extern "C" {
-constexpr int32_t kTfjitAbiVersion = 1;
+constexpr int32_t kTfjitAbiVersion = 2;
 constexpr int64_t kTfjitAlign = 64;   // every buffer a kernel gets: its loads assume it
 
 //   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
@@ -38,11 +38,16 @@ struct TfjitExecutable {
   const int32_t* update_in_place;                      // per update: may overwrite the old value
   const int64_t* temp_offsets;     // per temp: its kTfjitAlign-aligned offset in one arena
   int64_t arena_bytes;             // the arena's size (temps with disjoint lifetimes overlap)
+  // Data-dependent shapes (Where): the last num_counts outputs are int64 scalars the
+  // kernels write, not node outputs; output o with output_rows[o] = c >= 0 is written
+  // into a buffer of its bound (output_dims) and handed to TF as its first count rows,
+  // count being output c's value.  -1: a static shape.
+  int32_t num_counts; const int32_t* output_rows;
 };
 
 // What this library was built with: [version, alignment, sizeof(TfjitStatus),
 // offsetof(TfjitStatus, detail), sizeof(TfjitStep), sizeof(TfjitExecutable),
-// offsetof(TfjitExecutable, arena_bytes)].
+// offsetof(TfjitExecutable, output_rows)].
 inline void TfjitAbiLayoutOf(int64_t* out) {
   out[0] = kTfjitAbiVersion;
   out[1] = kTfjitAlign;
@@ -50,7 +55,7 @@ inline void TfjitAbiLayoutOf(int64_t* out) {
   out[3] = offsetof(TfjitStatus, detail);
   out[4] = sizeof(TfjitStep);
   out[5] = sizeof(TfjitExecutable);
-  out[6] = offsetof(TfjitExecutable, arena_bytes);
+  out[6] = offsetof(TfjitExecutable, output_rows);
 }
 }
 

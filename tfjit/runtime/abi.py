@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 
-VERSION = 1
+VERSION = 2
 ALIGN = 64                 # bytes: every buffer a kernel gets (its loads assume it)
 STATUS_BYTES = 64          # TfjitStatus: int32 code, then int64 detail[7] from byte 8
 STATUS_DETAIL_OFFSET = 8
@@ -38,13 +38,14 @@ class TfjitExecutable(ctypes.Structure):
         ("num_updates", ctypes.c_int32), ("update_input", ctypes.POINTER(ctypes.c_int32)),
         ("update_in_place", ctypes.POINTER(ctypes.c_int32)),
         ("temp_offsets", ctypes.POINTER(ctypes.c_int64)), ("arena_bytes", ctypes.c_int64),
+        ("num_counts", ctypes.c_int32), ("output_rows", ctypes.POINTER(ctypes.c_int32)),
     ]
 
 
 def layout() -> tuple:
     """This side's answer to TfjitAbiLayout (abi.h lists the fields)."""
     return (VERSION, ALIGN, STATUS_BYTES, STATUS_DETAIL_OFFSET, ctypes.sizeof(TfjitStep),
-            ctypes.sizeof(TfjitExecutable), TfjitExecutable.arena_bytes.offset)
+            ctypes.sizeof(TfjitExecutable), TfjitExecutable.output_rows.offset)
 
 
 class AbiMismatch(RuntimeError):

@@ -39,10 +39,20 @@ def run_compiled(compiled, inputs: list) -> list:
     return run_executable(compiled.executable, inputs)
 
 
+def as_tf_outputs(output_rows: dict, outputs: list) -> list:
+    """The module's ``outputs`` as TF sees them: each of a data-dependent shape
+    (``Module.output_rows``: {output: its row count's output}) cut to its count, and the
+    count outputs (the last ones) left out, as the launch op does (abi.h)."""
+    counts = set(output_rows.values())
+    return [o[:int(outputs[output_rows[j]])] if j in output_rows else o
+            for j, o in enumerate(outputs) if j not in counts]
+
+
 def run_executable(exe: Executable, inputs: list) -> list:
     """The executable's outputs for ``inputs``; ValueError carries a kernel's runtime error.
     A complex input may be given as its real view (shape + [2]); complex outputs come
-    back as complex arrays."""
+    back as complex arrays.  Outputs of a data-dependent shape come back as the module
+    computes them: their whole bound, then their row counts (``as_tf_outputs`` cuts them)."""
     s = exe._struct
     if exe.needs_host_library:
         launch.host_library_in_use()
@@ -50,7 +60,7 @@ def run_executable(exe: Executable, inputs: list) -> list:
         raise ValueError(f"executable takes {s.num_inputs} inputs, got {len(inputs)}")
     args = []
     for k, x in enumerate(inputs):
-        d = dt.from_tf_enum(s.input_dtypes[k])
+        d = dt.edge_from_tf_enum(s.input_dtypes[k])
         want = d.numpy()
         x = np.asarray(x)
         if d.is_complex and x.dtype == d.part.numpy():
@@ -64,7 +74,7 @@ def run_executable(exe: Executable, inputs: list) -> list:
     for o in range(s.num_outputs):
         shape = tuple(s.output_dims[pos:pos + s.output_ranks[o]])
         pos += s.output_ranks[o]
-        dtype = dt.from_tf_enum(s.output_dtypes[o]).numpy()
+        dtype = dt.edge_from_tf_enum(s.output_dtypes[o]).numpy()
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         outputs.append(aligned_empty(nbytes)[:nbytes].view(dtype).reshape(shape))
     arena = aligned_empty(s.arena_bytes)

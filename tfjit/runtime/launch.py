@@ -44,6 +44,7 @@ PASS_CALLBACK = ctypes.CFUNCTYPE(
 Signature = list[tuple[int, tuple[int, ...]]]    # per input: (TF DataType enum, dims)
 
 DT_RESOURCE = 20                 # TF's DataType enum of resource handles (variables)
+DT_INT64 = 9                     # the row counts of data-dependent shapes (abi.h)
 
 
 def error_text(message: str, details: Sequence[int]) -> str:
@@ -131,7 +132,8 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                     steps: Sequence[tuple[int, int, int]], messages: Sequence[str],
                     update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
                     temp_offsets: Sequence[int] | None = None,
-                    keepalive: object = None, runtime: Sequence[str] = ()) -> Executable:
+                    keepalive: object = None, runtime: Sequence[str] = (),
+                    output_rows: Sequence[int] | None = None) -> Executable:
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
 
     Temps live in one arena: temp t is ``temp_bytes[t]`` bytes at ``temp_offsets[t]``
@@ -141,8 +143,21 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
     ``update_inputs``: the last ``len(update_inputs)`` outputs are new values of
     the resource-variable inputs at these indices (input dtype DT_RESOURCE);
     ``update_in_place[u]`` says the kernels may write update u over the
-    variable's old value (the op does when nobody else holds that tensor)."""
+    variable's old value (the op does when nobody else holds that tensor).
+
+    ``output_rows`` (data-dependent shapes, abi.h): per output, -1, or the index of the
+    int64 scalar output holding its row count; those count outputs are the last ones,
+    after the variable updates."""
     n_in, n_out = len(input_dtypes), len(output_dtypes)
+    output_rows = [-1] * n_out if output_rows is None else [int(c) for c in output_rows]
+    counts = sorted({c for c in output_rows if c >= 0})
+    num_counts = len(counts)
+    if len(output_rows) != n_out or counts != list(range(n_out - num_counts, n_out)) or any(
+            c >= 0 and (o >= n_out - num_counts - len(update_inputs) or not output_shapes[o]
+                        or output_dtypes[c] != DT_INT64 or tuple(output_shapes[c]) != ())
+            for o, c in enumerate(output_rows)):
+        raise ValueError(f"output_rows {output_rows}: each must be -1 or name one of the last "
+                         "outputs, an int64 scalar, for a node output of rank >= 1")
     for name, seq in (("output_shapes", output_shapes), ("output_source", output_source),
                       ("output_forward", output_forward)):
         if len(seq) != n_out:
@@ -180,12 +195,13 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         _array(ctypes.c_int32, update_inputs),
         _array(ctypes.c_int32, in_place),
         _array(ctypes.c_int64, temp_offsets),
+        _array(ctypes.c_int32, output_rows),
     )
     struct = TfjitExecutable(n_in, buffers[0], n_out, buffers[1], buffers[2], buffers[3],
                              buffers[4], buffers[5], len(temp_bytes), buffers[6],
                              len(steps), buffers[7], len(messages), buffers[8],
                              len(update_inputs), buffers[10], buffers[11], buffers[12],
-                             arena_bytes)
+                             arena_bytes, num_counts, buffers[13])
     return Executable(struct, buffers, keepalive, tuple(runtime))
 
 

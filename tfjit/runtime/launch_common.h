@@ -130,11 +130,16 @@ inline absl::Status ReadLaunchAttrs(OpKernelConstruction* ctx, std::string* clus
 
 // The executable must agree with the node's inputs and Tout (both kernels check it
 // before the first run of a signature).
+// The outputs that are the node's (before the variable updates and the row counts).
+inline int NodeOutputs(const TfjitExecutable& exe) {
+  return exe.num_outputs - exe.num_updates - exe.num_counts;
+}
+
 inline absl::Status ValidateExecutable(OpKernelContext* ctx, const std::string& cluster,
                                        const TfjitExecutable& exe) {
-  const int node_outputs = exe.num_outputs - exe.num_updates;
+  const int node_outputs = NodeOutputs(exe);
   if (exe.num_inputs != ctx->num_inputs() || node_outputs != ctx->num_outputs() ||
-      exe.num_updates < 0) {
+      exe.num_updates < 0 || exe.num_counts < 0) {
     return Invalid(
         "tfjit executable for cluster ", cluster, " has ", exe.num_inputs, " inputs and ",
         node_outputs, " outputs; the TfjitLaunch node has ", ctx->num_inputs(), " and ",
@@ -165,6 +170,16 @@ inline absl::Status ValidateExecutable(OpKernelContext* ctx, const std::string& 
         (fwd >= 0 && ctx->input_dtype(fwd) == DT_RESOURCE)) {
       return Invalid("tfjit executable for cluster ", cluster, ": output ", o,
                      " has a bad rank or input index");
+    }
+    const int32_t rows = exe.output_rows[o];
+    const bool is_count = o >= exe.num_outputs - exe.num_counts;
+    if ((rows >= 0 && (o >= node_outputs || rows < exe.num_outputs - exe.num_counts ||
+                       rows >= exe.num_outputs || exe.output_ranks[o] < 1 || src >= 0 ||
+                       fwd >= 0)) ||
+        rows < -1 ||
+        (is_count && (exe.output_dtypes[o] != DT_INT64 || exe.output_ranks[o] != 0 || src >= 0))) {
+      return Invalid("tfjit executable for cluster ", cluster, ": output ", o,
+                     " has a bad row count");
     }
   }
   return absl::OkStatus();

@@ -33,7 +33,13 @@
 //     leave an in-place variable partly updated, as an error in TF's own
 //     sequence of training ops would.
 //
-//   TfjitStep, TfjitExecutable: defined below. Executables are owned by Python
+//   Data-dependent shapes (Where, lower/where.py): an output with output_rows[o] = c
+//     is written by the kernels into a temporary of its bound (output_dims), and its
+//     row count into output c (an int64 scalar, one of the last num_counts outputs,
+//     which are not the node's); once every kernel succeeded, the op allocates the
+//     node's output with that many rows and copies them (launch_outputs.h).
+//
+//   TfjitStep, TfjitExecutable: abi.h. Executables are owned by Python
 //     and read-only here. Steps run in order, each completing before the next
 //     starts; cost_per_row (estimated CPU cycles per row) decides whether a
 //     step runs inline or sharded. Temps are allocated per launch, 64-byte aligned.
@@ -313,8 +319,9 @@ class TfjitLaunchOp : public AsyncOpKernel {
     for (int i = 0; i < n_in; ++i) bufs[i] = Data(vars.value(ctx, i));
     absl::InlinedVector<Tensor, 4> updates(exe.num_updates);
     absl::InlinedVector<bool, 4> in_place(exe.num_updates, false);
+    absl::InlinedVector<Tensor, 4> bounded;   // data-dependent shapes and their row counts
     TF_RETURN_IF_ERROR(tfjit::SetOutputs(ctx, vars, cluster_, exe, bufs.data() + n_in, &updates,
-                                         &in_place, tfjit::AdviseHugePages));
+                                         &in_place, &bounded, tfjit::AdviseHugePages));
     Tensor arena;      // back to the cache when this launch ends (arena.h)
     if (n_tmp > 0) {
       arena = tfjit::Arenas().Take(&exe, exe.arena_bytes);
@@ -347,7 +354,7 @@ class TfjitLaunchOp : public AsyncOpKernel {
         tfjit::CountUpdate(in_place[u]);
         var->is_initialized = true;
       }
-      return absl::OkStatus();
+      return tfjit::SetBoundedOutputs(ctx, cluster_, exe, &bounded);
     }
     if (status.code < 0 || status.code > exe.num_messages) {
       return Invalid("tfjit kernel reported unknown error code ", status.code,

@@ -345,7 +345,8 @@ class TfjitLaunchGpuOp : public AsyncOpKernel {
     launch->in_place.assign(exe.num_updates, false);
     absl::InlinedVector<void*, 8> outputs(n_out, nullptr);
     TF_RETURN_IF_ERROR(tfjit::SetOutputs(ctx, vars, cluster_, exe, outputs.data(),
-                                         &launch->updates, &launch->in_place));
+                                         &launch->updates, &launch->in_place,
+                                         /*bounded=*/nullptr));   // Where: refused on the GPU
     for (int o = 0; o < n_out; ++o) bufs[n_in + o] = reinterpret_cast<uint64_t>(outputs[o]);
     for (int t = 0; t < n_tmp; ++t) bufs[n_in + n_out + t] = device + arena_at + exe.temp_offsets[t];
     bufs[n_in + n_out + n_tmp] = device;                     // status
