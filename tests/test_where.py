@@ -78,6 +78,15 @@ def test_half_which_tfs_cpu_kernel_refuses_is_refused(where_fn):
         where_fn(tf.zeros([2], tf.float16))
 
 
+def test_past_the_size_where_tfs_kernel_is_faster_it_is_refused(where_fn):
+    from tfjit.lower.where import MAX_ELEMENTS
+    x = np.zeros(MAX_ELEMENTS, np.float32)
+    x[[0, 5, MAX_ELEMENTS // 3, MAX_ELEMENTS - 1]] = 1.0
+    assert_matches(where_fn(tf.constant(x)).numpy(), tf.where(x).numpy(), what="at the bound")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"slower than TF's kernel past {MAX_ELEMENTS}"):
+        where_fn(tf.zeros([MAX_ELEMENTS + 1], tf.float32))
+
+
 def test_a_scalar_is_tfs_error(where_fn):
     with pytest.raises(tf.errors.InvalidArgumentError, match="Unhandled input dimensions: 0"):
         tf.where(tf.constant(True))
