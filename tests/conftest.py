@@ -1,4 +1,5 @@
 """Shared fixtures: TensorFlow and tfjit are imported once per test process."""
+import dataclasses
 import os
 
 import numpy as np
@@ -60,3 +61,13 @@ def tfjit():
 @pytest.fixture()
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def flags():
+    """tfjit's flags (config.flags()), every one restored after the test."""
+    from tfjit import config
+    saved = dataclasses.replace(config.flags())
+    yield config.flags()
+    for f in dataclasses.fields(saved):
+        setattr(config.flags(), f.name, getattr(saved, f.name))

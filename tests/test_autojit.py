@@ -7,7 +7,6 @@ with TFJIT_FLAGS, through the installed import hook.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -28,15 +27,6 @@ from tfjit.graph import auto
 from tfjit.graph.graphdef import Graph
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def flags():
-    """Restores every flag after the test."""
-    saved = dataclasses.replace(config.flags())
-    yield config.flags()
-    for f in dataclasses.fields(saved):
-        setattr(config.flags(), f.name, getattr(saved, f.name))
 
 
 @pytest.fixture

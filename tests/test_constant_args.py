@@ -190,14 +190,6 @@ def only_entry(f):
     return entry
 
 
-@pytest.fixture
-def flags():
-    saved = dataclasses.replace(config.flags())
-    yield config.flags()
-    for f in dataclasses.fields(saved):
-        setattr(config.flags(), f.name, getattr(saved, f.name))
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_must_compile_compiles_once_per_value(tfjit, case):
     f, ref = tfjit.function(case.fn), tf.function(case.fn, jit_compile=case.oracle == "xla")

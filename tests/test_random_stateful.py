@@ -174,14 +174,6 @@ def test_a_shape_known_only_at_run_time_is_refused_with_a_reason():
         tfjit.function(fn, jit_compile=True)(tf.constant([3]))
 
 
-@pytest.fixture
-def flags():
-    saved = dataclasses.replace(config.flags())
-    yield config.flags()
-    for f in dataclasses.fields(saved):
-        setattr(config.flags(), f.name, getattr(saved, f.name))
-
-
 def _session_graph():
     g = tf.Graph()
     with g.as_default():
