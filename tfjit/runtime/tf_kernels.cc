@@ -293,12 +293,13 @@ std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
 // and keeps the faster by its best time. A round where one kernel is more than
 // `kClear` times faster than the other ends the timing early: noise on a busy
 // machine is well under that, and each round costs two runs of the op in the first
-// call (an MLP train step's first run spent ~2x a step measuring). Each round runs
-// the kernel that leads so far last, so `out` mostly holds the winner's result when
-// the timing ends: `*out_is_result` then says so and the caller runs nothing more
-// (else it runs the winner once, for `out`). Later calls look the choice up. When TF
-// is asked for deterministic ops the default kernel always runs (no choice that
-// could differ between processes).
+// call (an MLP train step's first run spent ~2x a step measuring). oneDNN's kernel
+// runs last in each round, so where it wins `out` already holds its result when the timing ends: `*out_is_result` then says so and
+// the caller runs nothing more (else it runs the winner once, for `out`). The order
+// of the runs is the one the choices were validated with (running the leader last
+// instead would change which kernel each round's cache state favours). Later calls
+// look the choice up. When TF is asked for deterministic ops the default kernel
+// always runs (no choice that could differ between processes).
 int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
                        const Tensor& out, bool* out_is_result) {
   *out_is_result = false;
@@ -318,8 +319,7 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
                       choice.micros[1] > kClear * choice.micros[0])) {
       break;
     }
-    const int32_t leader = choice.micros[kOneDnn] < choice.micros[kDefault] ? kOneDnn : kDefault;
-    for (int32_t family : {1 - leader, leader}) {   // the leader last: its result stays in `out`
+    for (int32_t family : {kDefault, kOneDnn}) {
       const auto start = std::chrono::steady_clock::now();
       const absl::Status status = RunFamily(ctx, family, spec, inputs, out);
       const std::chrono::duration<double, std::micro> took =
