@@ -1,10 +1,10 @@
 """tfjit.codegen.mathlib: compiled, O3-vectorised loops against references.
 
 Each function runs as ``out[i] = f(a[i][, b[i]])`` in a loop optimised by tfjit's
-pipeline (O3, ``llvm_target.optimise``) for the host CPU and JIT-compiled with MCJIT.  float32 results are compared in
-ulps with numpy's float64 result rounded to float32 (NaN positions and the
-sign of zero must match); float64 (libm) results with numpy float64.  A
-second table checks float32 against TensorFlow's own kernels.
+own pipeline (O3, ``llvm_target.optimise``) for the host CPU and JIT-compiled with
+MCJIT.  float32 results are compared in ulps with numpy's float64 result rounded to
+float32 (NaN positions and the sign of zero must match); float64 (libm) results
+with numpy float64.  A second table checks float32 against TensorFlow's own kernels.
 
 ``python tests/test_mathlib.py`` prints the measured max-ulp table.
 """

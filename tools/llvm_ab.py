@@ -1,18 +1,20 @@
 """Two LLVM pipelines A/B in one process: compile time and kernel speed, interleaved.
 
     python tools/llvm_ab.py                        # every row, O3 against the default
-    python tools/llvm_ab.py --a o3 --b o3-nounroll --runs 21 --only bench
-    python tools/llvm_ab.py --sets bench reduce train
+    python tools/llvm_ab.py --a o3 --b o3-nounroll --runs 21 --sets bench train
+    python tools/llvm_ab.py --sets reduce --reduce-only wide-64x65536 --match "last sum"
 
 Each row is compiled twice, LLVM in this process (``--tfjit_compile_in_process``),
 once under each pipeline of ``llvm_target.PIPELINES``, and the two executables are
 timed round-robin (one call of each per round) by the process's CPU time, on one
 intra-op thread (``--threads``): on a machine shared with other work, wall time mostly
-measures waiting for a core.  The row prints both medians, their
-ratio (B's speed against A's: above 1 means B's kernels are faster) and each side's
-LLVM time for that row (``llvm_cpu.compile_ir``: optimisation, code generation, loading).  Rows: ``tools/bench.py``'s workloads, ``tools/reduce_sweep.py``'s
-rows (``--reduce-only`` narrows them by shape name) and ``tools/train_bench.py``'s train
-steps.  The machine may be shared and noisy: medians, nothing asserted.
+measures waiting for a core.  Each row prints both medians, B's speed against A's
+(median, and fastest run against fastest run: above 1 means B's code is faster) and
+each side's LLVM time (``llvm_cpu.compile_ir``: optimisation, code generation,
+loading).  Rows: ``tools/bench.py``'s workloads, ``tools/reduce_sweep.py``'s rows
+(``--reduce-only`` narrows them by shape name, ``--match`` by any part of the row's
+name) and five of ``tools/train_bench.py``'s train steps.  Nothing asserted: read a
+row that looks slower again with more ``--runs``.
 """
 from __future__ import annotations
 
@@ -105,9 +107,10 @@ def main(argv=None) -> int:
     tfjit.config.set_flags(tfjit_compile_in_process=True)
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    print(f"A = {args.a}, B = {args.b}; medians of {args.runs} interleaved rounds; "
-          f"load {os.getloadavg()[0]:.1f}")
-    print("| row | A CPU ms | B CPU ms | B speed / A | same, fastest runs | A LLVM ms | B LLVM ms |")
+    print(f"A = {args.a}, B = {args.b}; medians of {args.runs} interleaved rounds, "
+          f"{args.threads or 'all'} intra-op thread(s); load {os.getloadavg()[0]:.1f}")
+    print("| row | A CPU ms | B CPU ms | B speed / A | same, fastest runs | A LLVM ms "
+          "| B LLVM ms |")
     print("|---|---|---|---|---|---|---|")
     ratios, compile_a, compile_b = [], 0.0, 0.0
     for name, make in rows(args.sets, args.reduce_only):
@@ -121,8 +124,8 @@ def main(argv=None) -> int:
         fastest = float(np.min(ms["a"]) / np.min(ms["b"]))
         ratios.append((a / b, name))
         compile_a, compile_b = compile_a + ca, compile_b + cb
-        print(f"| {name} | {a:.3f} | {b:.3f} | {a / b:.3f} | {fastest:.3f} | {1e3 * ca:.0f} | {1e3 * cb:.0f} |",
-              flush=True)
+        print(f"| {name} | {a:.3f} | {b:.3f} | {a / b:.3f} | {fastest:.3f} | {1e3 * ca:.0f} "
+              f"| {1e3 * cb:.0f} |", flush=True)
     ratios.sort()
     print(f"\nLLVM: A {compile_a:.1f} s, B {compile_b:.1f} s; slowest B rows: "
           + ", ".join(f"{r:.3f} {n}" for r, n in ratios[:6]))
