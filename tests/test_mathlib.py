@@ -1,10 +1,10 @@
 """tfjit.codegen.mathlib: compiled, O3-vectorised loops against references.
 
-Each function runs as ``out[i] = f(a[i][, b[i]])`` in a loop optimised at O3
-for the host CPU and JIT-compiled with MCJIT.  float32 results are compared in
-ulps with numpy's float64 result rounded to float32 (NaN positions and the
-sign of zero must match); float64 (libm) results with numpy float64.  A
-second table checks float32 against TensorFlow's own kernels.
+Each function runs as ``out[i] = f(a[i][, b[i]])`` in a loop optimised by tfjit's
+own pipeline (O3, ``llvm_target.optimise``) for the host CPU and JIT-compiled with
+MCJIT.  float32 results are compared in ulps with numpy's float64 result rounded to
+float32 (NaN positions and the sign of zero must match); float64 (libm) results
+with numpy float64.  A second table checks float32 against TensorFlow's own kernels.
 
 ``python tests/test_mathlib.py`` prints the measured max-ulp table.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from tfjit.codegen import mathlib
+from tfjit.codegen import llvm_target, mathlib
 
 F32 = np.float32
 F64 = np.float64
@@ -72,14 +72,11 @@ def build_loop(name: str, dtype, nargs: int) -> ir.Module:
 
 
 def optimise(mod: ir.Module) -> llvm.ModuleRef:
-    """Parse, verify and run the O3 pipeline with both vectorisers on."""
+    """Parse, verify and run tfjit's own pipeline (``llvm_target.optimise``: O3, both
+    vectorisers on, as the compiled kernels get it)."""
     ref = llvm.parse_assembly(str(mod))
     ref.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pb = llvm.create_pass_builder(target_machine(), pto)
-    pb.getModulePassManager().run(ref, pb)
+    llvm_target.optimise(ref, target_machine())
     return ref
 
 

@@ -1,4 +1,4 @@
-"""LLVM's target for tfjit's CPU code: the host's CPU and features, and the O3 pipeline.
+"""LLVM's target for tfjit's CPU code: the host's CPU and features, and the pipeline (O3).
 
 The part of the CPU target that needs LLVM itself (``llvmlite.binding``): used
 by the compile server (``jit_server``, which imports nothing else of tfjit's
@@ -59,13 +59,41 @@ def cpu_fingerprint() -> str:
     return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {features()}"
 
 
-def optimise(mod, tm) -> None:
-    """LLVM's O3 pipeline with loop and SLP vectorisation, for ``tm``'s CPU."""
+# LLVM pipelines by name: (speed level, loop unrolling, loop interleaving, partial and
+# runtime unrolling).  Loop and SLP vectorisation are always on (mathlib's polynomials
+# are written for them).  "Loop unrolling" off drops full unrolling too, which the
+# small constant windows of pooling and convolution loops need; partial and runtime
+# unrolling (LLVM's -unroll-allow-partial and -unroll-runtime, which the target turns
+# on for CPUs whose scheduling model has a loop buffer, AMD's Zen among them) copy
+# loop bodies that the vectoriser has already widened and interleaved.
+PIPELINES = {
+    "o3": (3, True, True, True),
+    "o3-nounroll": (3, False, True, True),
+    "o3-nopartial": (3, True, True, False),
+    "o2-nopartial": (2, True, True, False),
+}
+PIPELINES["default"] = PIPELINES["o3-nopartial"]   # tools/llvm_ab.py: see docs/performance.md
+_partial = [None]     # the partial-unrolling state last set in this process's LLVM
+
+
+def optimise(mod, tm, pipeline: str = "default") -> None:
+    """LLVM's pipeline ``pipeline`` (``PIPELINES``) with loop and SLP vectorisation, for
+    ``tm``'s CPU.  Call with LOCK held where threads share LLVM (partial unrolling is a
+    process-wide LLVM option)."""
     llvm = binding()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    speed, unroll, interleave, partial = PIPELINES[pipeline]
+    if _partial[0] != partial and not (_partial[0] is None and partial):
+        # LLVM's default (None) is the target's choice; set only once something turned
+        # it off (then "true" forces it on: tools/llvm_ab.py's A/B in one process).
+        value = "true" if partial else "false"
+        llvm.set_option("tfjit", f"-unroll-allow-partial={value}")
+        llvm.set_option("tfjit", f"-unroll-runtime={value}")
+        _partial[0] = partial
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_unrolling = True
+    pto.loop_unrolling = unroll
+    pto.loop_interleaving = interleave
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 
@@ -118,5 +146,5 @@ def emit_ptx(llvm_ir, arch: str) -> tuple:
         for text in texts[1:]:     # several modules (distinct entry names) as one PTX
             mod.link_in(llvm.parse_assembly(text))
         mod.verify()
-        optimise(mod, tm)
+        optimise(mod, tm, "o3")    # the GPU keeps LLVM's partial unrolling (NVPTX turns it on)
         return tm.emit_assembly(mod), str(mod)

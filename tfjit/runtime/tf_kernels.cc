@@ -290,15 +290,19 @@ std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
 // Eigen's won half of them on AVX2 ones), so it is measured where the code runs,
 // as TF autotunes cuDNN's algorithms: the first run of a (op, attributes, shapes)
 // times each kernel up to `kRounds` times, alternating, after one untimed run each,
-// keeps the faster by its best time, and ends with a run of it, so `out` holds the
-// winner's result. A round where one kernel is more than `kClear` times faster
-// than the other ends the timing early: noise on a busy machine is well under
-// that, and each round costs two runs of the op in the first call (an MLP train
-// step's first run spent ~2x a step measuring). Later calls look the choice up. When TF is asked for
-// deterministic ops the default kernel always runs (no choice that could differ
-// between processes).
+// and keeps the faster by its best time. A round where one kernel is more than
+// `kClear` times faster than the other ends the timing early: noise on a busy
+// machine is well under that, and each round costs two runs of the op in the first
+// call (an MLP train step's first run spent ~2x a step measuring). oneDNN's kernel
+// runs last in each round, so where it wins `out` already holds its result when the timing ends: `*out_is_result` then says so and
+// the caller runs nothing more (else it runs the winner once, for `out`). The order
+// of the runs is the one the choices were validated with (running the leader last
+// instead would change which kernel each round's cache state favours). Later calls
+// look the choice up. When TF is asked for deterministic ops the default kernel
+// always runs (no choice that could differ between processes).
 int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
-                       const Tensor& out) {
+                       const Tensor& out, bool* out_is_result) {
+  *out_is_result = false;
   if (OpDeterminismRequired()) return kDefault;
   const std::string key = ChoiceKey(spec, inputs);
   {
@@ -309,6 +313,7 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
   constexpr int kRounds = 3;
   constexpr double kClear = 1.5;
   Choice choice{kDefault, {1e300, 1e300}};
+  int32_t last = -1;   // the family whose successful run `out` holds, -1 when none
   for (int round = -1; round < kRounds; ++round) {
     if (round > 0 && (choice.micros[0] > kClear * choice.micros[1] ||
                       choice.micros[1] > kClear * choice.micros[0])) {
@@ -322,15 +327,19 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
       if (!status.ok()) {   // the default's failure is reported by Run's own run of it;
         if (family == kDefault) return kDefault;   // oneDNN refusing: the default decides
         choice = Choice{kDefault, {choice.micros[0], -1}};
+        last = -1;          // what a failed kernel left in `out` is nobody's result
         round = kRounds;
         break;
       }
+      last = family;
       if (round >= 0) choice.micros[family] = std::min(choice.micros[family], took.count());
     }
   }
   if (choice.micros[1] >= 0 && choice.micros[1] < choice.micros[0]) choice.family = kOneDnn;
   absl::MutexLock l(&choices_mu);
-  return Choices().try_emplace(key, choice).first->second.family;   // first insert wins
+  const int32_t family = Choices().try_emplace(key, choice).first->second.family;   // first wins
+  *out_is_result = family == last;
+  return family;
 }
 
 // Runs the kernel of `family` for `spec`; returns 0, or 1 with the status in
@@ -338,7 +347,11 @@ int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<
 // default kernels take) is retried with the default one.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out) {
-  if (family == kMeasured) family = MeasuredFamily(runtime->ctx, spec, inputs, out);
+  if (family == kMeasured) {
+    bool out_is_result = false;
+    family = MeasuredFamily(runtime->ctx, spec, inputs, out, &out_is_result);
+    if (out_is_result) return 0;   // its last timed run was the winner's
+  }
   absl::StatusOr<OpKernel*> kernel = CachedKernel(runtime->ctx, family, spec);
   absl::Status status = kernel.status();
   if (kernel.ok()) status = Compute(runtime->ctx, *kernel, inputs, {out});
