@@ -71,3 +71,15 @@ def flags():
     yield config.flags()
     for f in dataclasses.fields(saved):
         setattr(config.flags(), f.name, getattr(saved, f.name))
+
+
+@pytest.fixture
+def auto_mode(flags):
+    """Auto-clustering on for CPU graphs (``--tfjit_auto_jit=2 --tfjit_cpu_global_jit``),
+    its record of recent clusterings cleared; yields the flags, restored afterwards."""
+    from tfjit import config
+    from tfjit.api import autojit
+    config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True)
+    autojit.activate()
+    autojit.recent.clear()
+    yield flags

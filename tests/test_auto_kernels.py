@@ -11,7 +11,6 @@ measures them).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import numpy as np
@@ -29,17 +28,6 @@ from tfjit.lower.registry import multi_pass_ops
 from tfjit.runtime import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture
-def auto_mode():
-    saved = dataclasses.replace(config.flags())
-    config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True)
-    autojit.activate()
-    autojit.recent.clear()
-    yield
-    for f in dataclasses.fields(saved):
-        setattr(config.flags(), f.name, getattr(saved, f.name))
 
 
 def tf_alone(fn, *args):

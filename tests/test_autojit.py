@@ -29,14 +29,6 @@ from tfjit.graph.graphdef import Graph
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def auto_mode(flags):
-    config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True)
-    autojit.activate()
-    autojit.recent.clear()
-    yield flags
-
-
 def clustered(node_substring: str):
     """The latest clustering result holding a node whose name contains the string."""
     for result in reversed(autojit.recent):

@@ -5,7 +5,6 @@ consumer in the same cluster is refused naming the node (must-compile) or cut of
 auto clustering."""
 from __future__ import annotations
 
-import dataclasses
 import zlib
 
 import numpy as np
@@ -171,14 +170,10 @@ def test_clustering_cuts_after_where():
 
 
 @pytest.fixture
-def auto_mode():
-    saved = dataclasses.replace(config.flags())
-    config.set_flags(tfjit_auto_jit=2, tfjit_cpu_global_jit=True, tfjit_min_cluster_size=1,
-                     tfjit_fallback=False)
-    autojit.activate()
-    yield
-    for f in dataclasses.fields(saved):
-        setattr(config.flags(), f.name, getattr(saved, f.name))
+def auto_mode(auto_mode):
+    """conftest's, with every op a cluster and no fallback (a failed compile raises)."""
+    config.set_flags(tfjit_min_cluster_size=1, tfjit_fallback=False)
+    yield auto_mode
 
 
 def test_boolean_mask_in_auto_mode(auto_mode):
