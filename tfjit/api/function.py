@@ -273,7 +273,7 @@ class Function:
             # signature (and per value of the constant arguments)
             fallback = cf if self.fall_back and not tf.executing_eagerly() else None
             return _Entry(None, cf, spec, [t.shape for t in cf.outputs], lazy=True,
-                          fallback=fallback, rng=rng)
+                          fallback=fallback, rng=rng if rng.nodes else None)
         from tfjit.lower.graph_to_ir import LoweringError
         from tfjit.pipeline import TooLarge
         from tfjit.settings import flags
@@ -287,7 +287,8 @@ class Function:
             return self._refuse(tf.errors.InvalidArgumentError(None, None, f"{graph_name}: {e}"))
         # partial shapes are fine (the attr is list(shape)): TF leaves some outputs' rank
         # unknown, e.g. FusedBatchNormV3's reserve_space_3
-        return _Entry(compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False, rng=rng)
+        return _Entry(compiled, cf, spec, [t.shape for t in cf.outputs], lazy=False,
+                      rng=rng if rng.nodes else None)   # no per-call work without random nodes
 
     # -- introspection -----------------------------------------------------------------------
     def _entry(self, args, kwargs):

@@ -294,12 +294,11 @@ std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
 // `kClear` times faster than the other ends the timing early: noise on a busy
 // machine is well under that, and each round costs two runs of the op in the first
 // call (an MLP train step's first run spent ~2x a step measuring). oneDNN's kernel
-// runs last in each round, so where it wins `out` already holds its result when the timing ends: `*out_is_result` then says so and
-// the caller runs nothing more (else it runs the winner once, for `out`). The order
-// of the runs is the one the choices were validated with (running the leader last
-// instead would change which kernel each round's cache state favours). Later calls
-// look the choice up. When TF is asked for deterministic ops the default kernel
-// always runs (no choice that could differ between processes).
+// runs last in each round (the order the choices were validated with), so where it
+// wins `out` already holds its result: `*out_is_result` says so, and the caller runs
+// the winner again only otherwise. Later calls look the choice up. When TF is asked
+// for deterministic ops the default kernel always runs (no choice that could differ
+// between processes).
 int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
                        const Tensor& out, bool* out_is_result) {
   *out_is_result = false;
