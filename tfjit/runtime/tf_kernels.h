@@ -1,6 +1,7 @@
 // What tf_kernels.cc shares with the other files of the runtime library that run
-// TF's kernels (tf_solvers.cc): borrowing tfjit's buffers as Tensors, and running
-// an op's default CPU kernel under the launch's context.
+// TF's kernels (tf_solvers.cc, tf_fft.cc, kernel_choice.cc): borrowing tfjit's
+// buffers as Tensors, running an op's default or oneDNN CPU kernel under the
+// launch's context, and choosing between the two by timing them.
 #ifndef TFJIT_RUNTIME_TF_KERNELS_H_
 #define TFJIT_RUNTIME_TF_KERNELS_H_
 
@@ -8,9 +9,11 @@
 #include <string>
 
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "linalg.h"
 #include "tensorflow/core/framework/node_def.pb.h"
+#include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
@@ -37,6 +40,24 @@ Tensor Borrow(DataType dtype, const TensorShape& shape, const void* data);
 // 0, or 1 with TF's status in its error.
 int32_t RunDefault(void* runtime, const KernelSpec& spec, absl::Span<Tensor> inputs,
                    absl::Span<const Tensor> outs);
+
+// Which of TF's CPU kernels a library call runs (its `kernel` argument).
+enum Family : int32_t {
+  kDefault = 0,   // the op's default kernel: what TF graph mode runs with oneDNN off
+  kOneDnn = 1,    // its oneDNN kernel (TF_ENABLE_ONEDNN_OPTS=1 rewrites to it), f32 only
+  kMeasured = 2,  // whichever of the two ran faster on this call's shapes (kernel_choice.cc)
+};
+
+// Runs the kernel of `family` (kDefault or kOneDnn) for `spec` on `inputs` with
+// tfjit's `out` as its output, under the launch's context `ctx`: the run's status.
+absl::Status RunFamily(OpKernelContext* ctx, int32_t family, const KernelSpec& spec,
+                       absl::Span<Tensor> inputs, const Tensor& out);
+
+// The family a kMeasured call runs (kernel_choice.cc): measured at the first run of
+// its op, attributes and shapes, looked up after. `*out_is_result` is set when the
+// timing's last run was the winner's, so `out` already holds the result.
+int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
+                       const Tensor& out, bool* out_is_result);
 
 // The host library's table (linalg.h), or null before the host runner hands it over.
 const TfjitLinalg* HostLinalg();
