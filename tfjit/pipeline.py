@@ -244,7 +244,8 @@ def jit_target() -> Target:
     compiler = jit_compiler()
     env = llvm_cpu.target_env(compiler)
     return Target("cpu-jit", env["triple"], env["data_layout"], runtime_calls=True,
-                  onednn=settings.onednn_enabled(), compiler=compiler)
+                  onednn=settings.onednn_enabled(), compiler=compiler,
+                  verify_sharing=settings.flags().tfjit_verify_ir)
 
 
 class TooLarge(Exception):

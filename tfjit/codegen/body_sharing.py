@@ -19,7 +19,8 @@ generate it once.  Two ways to find them, both here:
   it names nothing of its own beyond its functions (no constant table, no first use
   of a math helper) and reports no error (an error's text names its TF node).
 
-With ``--tfjit_verify_ir`` (the test suite turns it on) every body is emitted anyway
+With ``Target.verify_sharing`` (``--tfjit_verify_ir``, which the test suite turns on)
+every body is emitted anyway
 and a key's kernels must have got bodies of the same text: a key that misses
 something a body depends on fails the tests that compile such kernels, not a user's
 numbers.
@@ -31,7 +32,6 @@ import hashlib
 import numpy as np
 from llvmlite import ir
 
-from tfjit import settings
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
 from tfjit.passes.fusion import Fusion, KernelKind, is_cheap, reads
@@ -41,11 +41,6 @@ KEYED = (KernelKind.LOOP, KernelKind.REDUCE)     # emitter.KernelEmitter's kinds
 
 class SharingError(AssertionError):
     """Two kernels with one key emitted different bodies (a bug in body_key)."""
-
-
-def verifying() -> bool:
-    """Whether a key's later kernels emit their bodies too, to be compared."""
-    return settings.flags().tfjit_verify_ir
 
 
 def share_body(module: ir.Module, symbol: str, bodies: dict) -> None:

@@ -131,7 +131,8 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     for n, f in enumerate(fusions):
         name = bounded_name(f"{prefix}.k{n}")
         if keyed is not None and f.kind in body_sharing.KEYED:
-            steps += _emit_keyed(module, f, plan, name, messages, bodies, keyed)
+            steps += _emit_keyed(module, f, plan, name, messages, bodies, keyed,
+                                 target.verify_sharing)
             continue
         new = EMITTERS[f.kind](module, f, plan, name, messages, target)
         if bodies is not None:
@@ -141,12 +142,13 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     return steps
 
 
-def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict) -> list:
+def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict,
+                verify: bool) -> list:
     """A CPU loop or reduce kernel whose body another kernel with its ``body_key`` may
-    have emitted already (then only its wrapper is made, unless verifying)."""
+    have emitted already (then only its wrapper is made, unless ``verify``)."""
     key = body_sharing.body_key(f, plan)
     hit = keyed.get(key)
-    if hit is not None and not body_sharing.verifying():
+    if hit is not None and not verify:
         for body in hit.values():       # called by several wrappers now: see share_body
             body_sharing.mark_shared(body)
         return KernelEmitter(module, mathlib.emit, f, plan, name, messages, reuse=hit).emit()
@@ -156,7 +158,7 @@ def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict) -> l
     for symbol, _, _ in steps:
         body_sharing.share_body(module, symbol, bodies)
     called = {symbol[len(name):]: body_sharing.called_body(module, symbol) for symbol, _, _ in steps}
-    if hit is not None:         # verifying: the text test must have found the same bodies
+    if hit is not None:         # verify: the text test must have found the same bodies
         if called != hit:
             raise body_sharing.SharingError(
                 f"kernel {name} ({f.name}) has the key of an earlier kernel but other code")

@@ -18,7 +18,9 @@ IR, and everything it needs to know about where the code will run is here:
 * ``gpu_arch``: code for an NVIDIA GPU of this compute capability ("sm_90"), made
   by codegen/nvptx.py: kernel entries over the same kernels, PTX, no library;
 * ``compiler``: for the JIT, where LLVM runs (``Compiler``: the compile server or
-  this process, with MCJIT); None for AOT, whose object is written, not loaded.
+  this process, with MCJIT); None for AOT, whose object is written, not loaded;
+* ``verify_sharing``: kernels that share a body found by key (codegen/body_sharing.py)
+  emit theirs too, to check it is the same code (``--tfjit_verify_ir``: the tests).
 
 The choices that once came from globals (flags, TF's oneDNN switch) are made
 once, by whoever builds the Target (``pipeline.jit_target()`` for the JIT,
@@ -53,6 +55,7 @@ class Target:
     library_prefix: str = "tfjit_rt_"   # dot/convolution entry points (see above)
     compiler: Compiler | None = None    # the JIT's LLVM (see above); None: AOT
     gpu_arch: str = ""                  # "sm_90": an NVPTX target (see above)
+    verify_sharing: bool = False        # re-emit shared bodies and compare (see above)
 
 
 class NotForTarget(Exception):
