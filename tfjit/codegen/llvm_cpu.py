@@ -161,7 +161,8 @@ def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict,
     if hit is not None:         # verify: the text test must have found the same bodies
         if called != hit:
             raise body_sharing.SharingError(
-                f"kernel {name} ({f.name}) has the key of an earlier kernel but other code")
+                f"kernel {name} ({f.name}) has the key of an earlier kernel but other code: "
+                + body_sharing.first_difference(hit, called))
         return steps
     own = set(module.globals) - names - {symbol for symbol, _, _ in steps} \
         - {symbol + ".body" for symbol, _, _ in steps}
