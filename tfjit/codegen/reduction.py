@@ -18,6 +18,7 @@ from tfjit.codegen.llvm_types import const, for_range, i64, intrinsic, no_unroll
 from tfjit.ir.module import Instr
 from tfjit.passes.fusion import FLAT_BLOCK
 
+SHORT_ROW_MIN = 8      # float-sum rows at least this long stay loops (see _vectorise_whole)
 _IDENTITY = {"sum": 0, "prod": 1, "and": True, "or": False}
 
 
@@ -202,11 +203,31 @@ class ReductionRows:
             # only the innermost (contiguous) dim is vectorised: across an outer one,
             # LLVM's vectors would gather strided elements (see the row loop's reason)
             hint = no_vectorize(self.module) if k < len(ranges) - 1 else None
+            if k == len(ranges) - 1 and self._vectorise_whole(r, start, stop):
+                hint = no_unroll(self.module)
             with for_range(b, start, stop, f"r{k}", hint) as i:
                 nest(k + 1, idx + (i,))
 
         nest(0, ())
         return b.load(acc, typ=t)
+
+    def _vectorise_whole(self, r: Instr, start, stop) -> bool:
+        """Should the innermost loop of this reduction stay a loop (``no_unroll``)?
+
+        A float sum of a short row (``SHORT_ROW_MIN`` to a few hundred elements,
+        a fixed count) was fully unrolled by LLVM before its loop vectoriser ran,
+        into one serial chain of scalar adds per output (64 ``vaddss`` for a row
+        of 64 f32, ~4 cycles each), and the SLP vectoriser does not take that
+        chain back: it reorders float adds only under ``nsz``, which would lose
+        TF's sign of zero.  Kept a loop, the loop vectoriser (which needs only
+        ``reassoc``) adds whole vectors and reduces them once per output.
+        Products, min/max and integer sums are left to unroll: their chains fold
+        the identity away and the SLP vectoriser already takes them.  On a GPU
+        a thread's row is serial either way, and the unrolled loop is cheaper.
+        """
+        if self.gpu or r.attrs["kind"] != "sum" or not r.dtype.is_float:
+            return False
+        return isinstance(start, int) and isinstance(stop, int) and stop - start >= SHORT_ROW_MIN
 
     def _combine(self, kind: str, d: dt.DType, acc, v):
         b = self.b
