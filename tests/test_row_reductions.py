@@ -1,11 +1,13 @@
-"""Reductions over the last axis of short rows against TF, and their vectorised sums.
+"""Reductions over the last axis of short rows against TF, and their vector code.
 
-A row kernel computes one output per row of its loop.  A float sum over a short
-row of fixed length (``codegen/reduction.py`` ``SHORT_ROW_MIN`` elements or more)
-keeps its loop over the row so that LLVM's loop vectoriser adds whole vectors:
-unrolled first, it was one serial chain of scalar adds per output.  The rows here
-run from 1 element to past where LLVM stops unrolling, in row counts of 1, 5, 37
-and 65536, for every reduce kind, behind fused producers and in the two-pass form.
+A row kernel computes one output per row of its loop (codegen/reduction.py).  Rows
+of at most ``SHORT_ROW`` elements (and ``ACROSS_ROW_BYTES``) are vectorised across
+rows: a vector of outputs at a time, from consecutive rows transposed into lanes.
+A float sum over a longer row of fixed length keeps its loop over the row so that
+LLVM's loop vectoriser adds whole vectors: unrolled first, it was one serial chain
+of scalar adds per output.  The rows here run from 1 element to past where LLVM
+stops unrolling, in row counts of 1, 5, 37, 4099 and 65536, for every reduce kind,
+behind fused producers and in the two-pass form.
 Sums are compared with TF's within a bound on any order of float additions:
 n * eps * sum|x| per output (each side within it of the exact sum, so twice it).
 """
@@ -114,7 +116,7 @@ def _vector_fadds(f, *args) -> int:
 
 
 @pytest.mark.parametrize("dtype, length", [(np.float32, 64), (np.float32, 17), (np.float64, 16),
-                                           (np.float32, reduction.SHORT_ROW_MIN)])
+                                           (np.float32, reduction.SHORT_ROW + 1)])
 def test_short_row_float_sums_are_vectorised(dtype, length):
     """LLVM unrolled these rows into a serial chain of scalar adds (64 vaddss per output
     of [65536, 64], 10 GB/s); kept a loop, they are vector adds (any x86-64 has them)."""
@@ -122,3 +124,32 @@ def test_short_row_float_sums_are_vectorised(dtype, length):
     f = tfjit.function(lambda x: tf.reduce_sum(x, -1), jit_compile=True)
     assert_matches(f(x).numpy(), np.full(256, length, dtype))
     assert _vector_fadds(f, x) > 0, f.compiled(x).code.optimized_ir
+
+
+@pytest.mark.parametrize("length", [1, 3, 8, 9, 64])
+def test_short_rows_of_bools(length):
+    x = tf.constant(np.random.default_rng(length).random((37, length)) < 0.7)
+
+    def fn(x):
+        return tf.reduce_any(x, -1), tf.reduce_all(x, -1, keepdims=True)
+    for g, w in zip(tfjit.function(fn, jit_compile=True)(x), tf.function(fn)(x)):
+        assert_matches(g.numpy(), w.numpy())
+
+
+@pytest.mark.parametrize("op", [tf.reduce_max, tf.reduce_sum, tf.reduce_prod],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype, length", [(np.float32, 4), (np.float32, 8), (np.int32, 3),
+                                           (ml_dtypes.bfloat16, 7), (np.float64, 4)])
+def test_very_short_rows_store_a_vector_of_outputs(op, dtype, length):
+    """Rows this short are vectorised across rows: each vector op computes a block of
+    outputs, stored as one vector (the row-at-a-time kernel stores them one by one)."""
+    x = tf.constant(_inputs((1000, length), {np.float32: "f32", np.float64: "f64", np.int32: "i32",
+                                             ml_dtypes.bfloat16: "bf16"}[dtype],
+                            np.random.default_rng(length)))
+    f = tfjit.function(lambda x: op(x, -1), jit_compile=True)
+    assert_matches(f(x).numpy(), tf.function(lambda x: op(x, -1))(x).numpy(),
+                   **({"rtol": 1e-5, "atol": 1e-5} if op is not tf.reduce_max and dtype is np.float32
+                      else {}))
+    ir = f.compiled(x).code.optimized_ir
+    # (bf16 reduces in f32, the reduce kernel's outputs; a loop kernel converts them)
+    assert re.search(r"store <\d+ x (?:float|double|i32)>", ir), ir

@@ -30,7 +30,7 @@ from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
                                       no_vectorize, storage_type, value_type)
-from tfjit.codegen.reduction import ReductionRows
+from tfjit.codegen.reduction import ReductionRows, across_rows
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Kind, Op
@@ -148,8 +148,11 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         # A row of a row reduction reads contiguous memory along its reduced dims: with
         # few of them (65536 rows of 64), LLVM unrolled the row fully and vectorised
         # across rows instead, with gathers (2.6x slower than the vectorised row).
+        # Rows of a few elements are the exception (reduction.across_rows).
         across = no_vectorize(self.module) if row_body in (
             self._reduce_row, self._partial_row, self._arg_partial_row) else None
+        if row_body == self._reduce_row and across_rows(self.f, self.gpu, self.reads):
+            across = None
         with for_range(b, inner.args[-2], inner.args[-1], "row", across) as row:
             self.scopes = [{}]
             row_body(row)
