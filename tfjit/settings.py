@@ -45,7 +45,8 @@ class Flags:
     tfjit_compile_timeout: float = 300.0     # seconds a compile server request may take
     tfjit_compile_processes: int = 0         # compile servers per module (0: up to 4 cores)
     tfjit_auto_max_kernels: int = 2000       # auto mode: a cluster with more kernels runs in TF
-    tfjit_verify_ir: bool = False            # the IR verifier after every pass (the tests turn it on)
+    tfjit_verify_ir: bool = False            # the IR verifier after every pass, and shared kernel
+                                             # bodies re-emitted and compared (the tests turn it on)
 
 
 _ALIASES = {"tf_xla_" + f.name[len("tfjit_"):]: f.name for f in dataclasses.fields(Flags)}

@@ -17,7 +17,7 @@ The tfjit process records its phases with ``pipeline.profiling()``:
     LLVM           the compile server: parse, O3, code generation (a round trip)
     load           link the object (ld) and dlopen it
     first run      the first execution of the launch op, kernel-choice timing of
-                   every dot/convolution included (tf_kernels.cc's MeasuredFamily)
+                   every dot/convolution included (kernel_choice.cc's MeasuredFamily)
     other          the rest of the first call (Keras's own tracing of its outer
                    step; the launch op's first run for Keras steps, which compile
                    lazily inside it)

@@ -61,8 +61,10 @@ def _index_key(v):
 
 class KernelEmitter(ReductionRows, ArgReductionRows):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
-                 messages: list | None = None, gpu: bool = False):
+                 messages: list | None = None, gpu: bool = False, reuse: dict | None = None):
         self.module = module
+        self.reuse = reuse            # {symbol suffix: body}: call these, emit no body
+        self.reported = False         # a body that can report an error (its text is its node's)
         self.gpu = gpu
         self.messages = list(MESSAGES) if messages is None else messages
         self.math = math
@@ -109,13 +111,16 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         if self.f in self.plan.scratch:
             slots.add(self.plan.scratch[self.f])
         slots = sorted(slots)
-        inner_ty = ir.FunctionType(VOID, [GLOBAL_PTR if self.gpu else PTR] * len(slots) + [I64, I64])
-        inner = ir.Function(self.module, inner_ty, name=symbol + ".body")
-        inner.linkage = "internal"
-        inner.attributes.add("alwaysinline")
-        for a in inner.args[:len(slots)]:
-            a.add_attribute("noalias")
-            a.attributes.align = abi.ALIGN   # every buffer the launch hands over (runtime/abi.h)
+        if self.reuse is not None:          # codegen/body_sharing.py: an equal body exists
+            inner = self.reuse[symbol[len(self.name):]]
+        else:
+            inner_ty = ir.FunctionType(VOID, [GLOBAL_PTR if self.gpu else PTR] * len(slots) + [I64, I64])
+            inner = ir.Function(self.module, inner_ty, name=symbol + ".body")
+            inner.linkage = "internal"
+            inner.attributes.add("alwaysinline")
+            for a in inner.args[:len(slots)]:
+                a.add_attribute("noalias")
+                a.attributes.align = abi.ALIGN   # every buffer the launch hands over (runtime/abi.h)
         outer = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I64, I64]), name=symbol)
         ob = ir.IRBuilder(outer.append_basic_block("entry"))
         bufs, begin, end = outer.args
@@ -124,6 +129,8 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
             args = [ob.addrspacecast(a, GLOBAL_PTR) for a in args]
         ob.call(inner, args + [begin, end])
         ob.ret_void()
+        if self.reuse is not None:
+            return symbol
 
         self.b = b = ir.IRBuilder(inner.append_basic_block("entry"))
         self.entry_block = b.block
@@ -199,7 +206,8 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         b, f = self.b, self.f
         width = f.shape[-1]
         line = 64
-        for x in sorted(self.reads, key=lambda i: i.name):
+        for x in sorted(self.reads, key=lambda i: self.plan.slots[i][0]):   # not by name:
+            # equal kernels of repeated blocks then get equal text (codegen/body_sharing.py)
             if x.shape != f.shape or width * x.dtype.itemsize < line:
                 continue
             step = line // x.dtype.itemsize
@@ -471,6 +479,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
 
     def error_code(self, text: str) -> int:
         """The status code that reports ``text`` (added to the module's messages once)."""
+        self.reported = True
         if text not in self.messages:
             self.messages.append(text)
         return self.messages.index(text) + 1

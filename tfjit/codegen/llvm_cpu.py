@@ -23,7 +23,7 @@ import threading
 
 from llvmlite import ir
 
-from tfjit.codegen import control, ir_split, library, llvm_target, mathlib, own_kernels
+from tfjit.codegen import body_sharing, control, ir_split, library, llvm_target, mathlib, own_kernels
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
@@ -123,41 +123,49 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
 
     On the CPU, kernels whose row bodies are the same code (the same computation on
     the same shapes, reading other buffers: a model's repeated blocks) share one body,
-    so LLVM optimises and generates it once; see ``_share_body``."""
+    so LLVM optimises and generates it once: found by key before a loop or reduce
+    kernel's body is emitted, by text after (codegen/body_sharing.py)."""
     steps = []
-    bodies = None if target.gpu_arch else {}
+    bodies = None if target.gpu_arch else {}    # body text -> body
+    keyed = None if target.gpu_arch else {}     # body_key -> {symbol suffix: body}
     for n, f in enumerate(fusions):
-        new = EMITTERS[f.kind](module, f, plan, bounded_name(f"{prefix}.k{n}"), messages, target)
+        name = bounded_name(f"{prefix}.k{n}")
+        if keyed is not None and f.kind in body_sharing.KEYED:
+            steps += _emit_keyed(module, f, plan, name, messages, bodies, keyed)
+            continue
+        new = EMITTERS[f.kind](module, f, plan, name, messages, target)
         if bodies is not None:
             for symbol, _, _ in new:
-                _share_body(module, symbol, bodies)
+                body_sharing.share_body(module, symbol, bodies)
         steps += new
     return steps
 
 
-def _share_body(module: ir.Module, symbol: str, bodies: dict) -> None:
-    """Makes kernel ``symbol`` call an earlier kernel's body when its own is the same text
-    (its name aside), and drops its own.  A kernel is a wrapper that loads its buffers'
-    pointers from the launch's array (its slots) and calls its ``.body`` with them, so
-    kernels that differ only in their buffers have equal bodies.  A shared body is not
-    inlined (``noinline``): inlined, LLVM would optimise a copy per caller again; the
-    cost is one call per shard of rows.  Equal text is the test, so a body that names
-    anything of its own (a constant table, a helper function) is never shared."""
-    body = module.globals.get(symbol + ".body")
-    if not isinstance(body, ir.Function):
-        return
-    key = str(body).replace(f'@"{body.name}"', "@body", 1)
-    first = bodies.setdefault(key, body)
-    if first is body:
-        return
-    wrapper = module.globals[symbol]
-    for block in wrapper.blocks:
-        for instr in block.instructions:
-            if isinstance(instr, ir.CallInstr) and instr.callee is body:
-                instr.replace_callee(first)
-    del module.globals[body.name]
-    first.attributes.discard("alwaysinline")
-    first.attributes.add("noinline")
+def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict) -> list:
+    """A CPU loop or reduce kernel whose body another kernel with its ``body_key`` may
+    have emitted already (then only its wrapper is made, unless verifying)."""
+    key = body_sharing.body_key(f, plan)
+    hit = keyed.get(key)
+    if hit is not None and not body_sharing.verifying():
+        for body in hit.values():       # called by several wrappers now: see share_body
+            body_sharing.mark_shared(body)
+        return KernelEmitter(module, mathlib.emit, f, plan, name, messages, reuse=hit).emit()
+    names = set(module.globals)
+    emitter = KernelEmitter(module, mathlib.emit, f, plan, name, messages)
+    steps = emitter.emit()
+    for symbol, _, _ in steps:
+        body_sharing.share_body(module, symbol, bodies)
+    called = {symbol[len(name):]: body_sharing.called_body(module, symbol) for symbol, _, _ in steps}
+    if hit is not None:         # verifying: the text test must have found the same bodies
+        if called != hit:
+            raise body_sharing.SharingError(
+                f"kernel {name} ({f.name}) has the key of an earlier kernel but other code")
+        return steps
+    own = set(module.globals) - names - {symbol for symbol, _, _ in steps} \
+        - {symbol + ".body" for symbol, _, _ in steps}
+    if not emitter.reported and not own and None not in called.values():
+        keyed[key] = called
+    return steps
 
 
 def _library(module, f, plan, name, messages, target) -> list:
