@@ -24,7 +24,7 @@ import tfjit
 from oracle import assert_matches
 from tfjit.codegen import reduction
 
-LENGTHS = [1, 2, 3, 7, 8, 16, 17, 63, 64, 65, 127, 256, 257]
+LENGTHS = [1, 2, 3, 7, 8, 9, 16, 17, 63, 64, 65, 127, 256, 257]   # SHORT_ROW = 8
 ROW_COUNTS = [1, 5, 37]            # taken in turn: a row count per length
 DTYPES = {"f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16, "i32": np.int32}
 SUM_KINDS = ("sum", "mean", "sum-of-product", "two-pass")
