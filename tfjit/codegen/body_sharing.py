@@ -28,6 +28,7 @@ numbers.
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 from llvmlite import ir
@@ -52,7 +53,7 @@ def share_body(module: ir.Module, symbol: str, bodies: dict) -> None:
     body = module.globals.get(symbol + ".body")
     if not isinstance(body, ir.Function):
         return
-    key = str(body).replace(f'@"{body.name}"', "@body", 1)
+    key = _loop_ids_by_hints(module, str(body).replace(f'@"{body.name}"', "@body", 1))
     first = bodies.setdefault(key, body)
     if first is body:
         return
@@ -63,6 +64,19 @@ def share_body(module: ir.Module, symbol: str, bodies: dict) -> None:
                 instr.replace_callee(first)
     del module.globals[body.name]
     mark_shared(first)
+
+
+def _loop_ids_by_hints(module: ir.Module, text: str) -> str:
+    """``text`` with each loop's ID (``!llvm.loop !N``) spelled as its hints.  A loop ID
+    is a distinct node numbered in module order (llvm_types.no_unroll, no_vectorize),
+    so equal bodies name different ones; their hint nodes are shared, one per kind."""
+    ids = {md.name: md for md in module.metadata}
+
+    def hints(m):
+        md = ids.get(m.group(1))
+        return m.group(0) if md is None else "!llvm.loop {" + ", ".join(
+            o.get_reference() for o in md.operands) + "}"
+    return re.sub(r"!llvm\.loop !(\d+)", hints, text)
 
 
 def mark_shared(body: ir.Function) -> None:

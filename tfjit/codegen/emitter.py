@@ -30,30 +30,16 @@ from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
                                       no_vectorize, storage_type, value_type)
-from tfjit.codegen.reduction import ReductionRows
+from tfjit.codegen.reduction import ReductionRows, across_rows, costly
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
-from tfjit.ir.ops import EXPENSIVE, Kind, Op
+from tfjit.ir.ops import Kind, Op
 from tfjit.passes.cost import element_cycles
 from tfjit.passes.fusion import FLAT_BLOCK, Fusion, reads
 from tfjit.runtime import abi
 
 GLOBAL_PTR = ir.PointerType(addrspace=1)   # NVPTX's global memory (LLVM infers the rest)
 ROW_CACHE_MAX = 8192     # elements of a per-row stack buffer (32 KiB of f32)
-
-
-def _costly(i: Instr, inside: set) -> bool:
-    """Does computing i inside the kernel involve a transcendental/division?"""
-    stack, seen = [i], set()
-    while stack:
-        x = stack.pop()
-        if x in seen or x not in inside:
-            continue
-        seen.add(x)
-        if x.op in EXPENSIVE:
-            return True
-        stack.extend(x.operands)
-    return False
 
 
 def _uniform(i: Instr) -> bool:
@@ -155,8 +141,11 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         # A row of a row reduction reads contiguous memory along its reduced dims: with
         # few of them (65536 rows of 64), LLVM unrolled the row fully and vectorised
         # across rows instead, with gathers (2.6x slower than the vectorised row).
+        # Rows of a few elements are the exception (reduction.across_rows).
         across = no_vectorize(self.module) if row_body in (
             self._reduce_row, self._partial_row, self._arg_partial_row) else None
+        if row_body == self._reduce_row and across_rows(self.f, self.gpu, self.reads):
+            across = None
         with for_range(b, inner.args[-2], inner.args[-1], "row", across) as row:
             self.scopes = [{}]
             row_body(row)
@@ -244,7 +233,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         if not 0 < f.shape[-1] <= ROW_CACHE_MAX or e.op.kind is not Kind.ELEMENTWISE:
             return False
         reused = any(e in i.operands for i in f.instrs if i is not h)
-        return reused and _costly(e, set(f.instrs))
+        return reused and costly(e, set(f.instrs))
 
     # -- reduction kernels ------------------------------------------------------------
     # -- elemental generation ----------------------------------------------------------
