@@ -84,14 +84,14 @@ def mark_shared(body: ir.Function) -> None:
     body.attributes.add("noinline")
 
 
-def first_difference(a: dict, b: dict) -> str:
+def first_difference(module: ir.Module, a: dict, b: dict) -> str:
     """Where two kernels' bodies ({suffix: body}) first differ, for SharingError."""
     for suffix in sorted(set(a) | set(b)):
         x, y = a.get(suffix), b.get(suffix)
         if x is None or y is None:
             return f"no {suffix or 'main'} body in one of them"
-        lines = zip(str(x).replace(x.name, "@body").splitlines(),
-                    str(y).replace(y.name, "@body").splitlines())
+        lines = zip(_loop_ids_by_hints(module, str(x).replace(x.name, "@body")).splitlines(),
+                    _loop_ids_by_hints(module, str(y).replace(y.name, "@body")).splitlines())
         for k, (p, q) in enumerate(lines):
             if p != q:
                 return f"{suffix or 'main'} body line {k}: {p.strip()!r} vs {q.strip()!r}"

@@ -162,7 +162,7 @@ def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict,
         if called != hit:
             raise body_sharing.SharingError(
                 f"kernel {name} ({f.name}) has the key of an earlier kernel but other code: "
-                + body_sharing.first_difference(hit, called))
+                + body_sharing.first_difference(module, hit, called))
         return steps
     own = set(module.globals) - names - {symbol for symbol, _, _ in steps} \
         - {symbol + ".body" for symbol, _, _ in steps}
