@@ -190,6 +190,7 @@ def _serve(inp, out, idle_seconds: float) -> int:
             llvm_target.optimise(mod, tm)
             return tm.emit_object(mod), str(mod)
         if kind == "asm":
+            llvm_target.use_options()      # a PTX request since may have set others
             return tm.emit_assembly(llvm.parse_assembly(args[0]))
         if kind == "ptx":
             return llvm_target.emit_ptx(*args)

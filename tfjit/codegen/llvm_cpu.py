@@ -1,4 +1,4 @@
-"""The CPU target: LLVM IR for the host CPU, optimised at O3, turned into machine code.
+"""The CPU target: LLVM IR for the host CPU, optimised (``llvm_target.PIPELINES``), as machine code.
 
 What differs from other targets is only here: the target machine (host CPU
 name and features, so AVX-512 is used where present), transcendental math
@@ -104,6 +104,7 @@ class MachineCode:
         if client is not None:
             return "\n".join(client.request("asm", p) for p in parts or [self.optimized_ir])
         with _lock:
+            llvm_target.use_options()
             return "\n".join(target_machine().emit_assembly(binding().parse_assembly(p))
                              for p in parts or [self.optimized_ir])
 
