@@ -56,7 +56,8 @@ def under(pipeline: str, fn, *args, texts: list | None = None):
             return saved_compile(*a, **k)
         finally:
             spent[0] += time.thread_time() - t
-    llvm_cpu.optimise = lambda mod, tm: llvm_target.optimise(mod, tm, pipeline)
+    llvm_cpu.optimise = lambda mod, tm, _pipeline="default": llvm_target.optimise(mod, tm,
+                                                                                 pipeline)
     llvm_cpu.compile_ir = compile_ir
     llvm_cpu.new_target_machine = \
         lambda **k: llvm_target.new_target_machine(**({"opt": level} | k))

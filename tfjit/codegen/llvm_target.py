@@ -42,9 +42,11 @@ def target_machine():
 
 
 @functools.lru_cache(maxsize=None)
-def shared_object_target_machine():
-    """The compile server's target machine: the host CPU, code for a shared library."""
-    return new_target_machine(reloc="pic", codemodel="default", jit=False)
+def shared_object_target_machine(level: int | None = None):
+    """The compile server's target machine: the host CPU, code for a shared library, made
+    at code generator opt level ``level`` (the default pipeline's when None)."""
+    return new_target_machine(reloc="pic", codemodel="default", jit=False,
+                              opt=codegen_level() if level is None else level)
 
 
 def features() -> str:
@@ -110,6 +112,9 @@ PIPELINES = {
 # selection were about a third of LLVM's time on the CNN step; no kernel measured slower).
 # tools/llvm_ab.py measured both: see docs/performance.md, "Where a first call goes".
 PIPELINES["default"] = PIPELINES["o3-nolsr"]
+# The first tier of a big module's code (codegen/tiering.py): no vectorisers, O1, code
+# generation at O0 (fast instruction selection and register allocation).
+PIPELINES["quick"] = PIPELINES["o1-novec-cg0"]
 # LLVM's defaults of the options a pipeline may set (restored when the next one does not)
 OPTIONS = {"-disable-lsr": "false"}
 _partial = [None]     # the partial-unrolling state last set in this process's LLVM
