@@ -112,9 +112,11 @@ PIPELINES = {
 # selection were about a third of LLVM's time on the CNN step; no kernel measured slower).
 # tools/llvm_ab.py measured both: see docs/performance.md, "Where a first call goes".
 PIPELINES["default"] = PIPELINES["o3-nolsr"]
-# The first tier of a big module's code (codegen/tiering.py): no vectorisers, O1, code
-# generation at O0 (fast instruction selection and register allocation).
-PIPELINES["quick"] = PIPELINES["o1-novec-cg0"]
+# The first tier of a big module's code (codegen/tiering.py): O1 with the vectorisers,
+# code generation at O0 (fast instruction selection and register allocation).  Without
+# the vectorisers LLVM takes half as long again, but MobileNet's first run took 4x as
+# long (its depthwise and elementwise kernels): slower first calls than no tiers at all.
+PIPELINES["quick"] = PIPELINES["o1-cg0"]
 # LLVM's defaults of the options a pipeline may set (restored when the next one does not)
 OPTIONS = {"-disable-lsr": "false"}
 _partial = [None]     # the partial-unrolling state last set in this process's LLVM

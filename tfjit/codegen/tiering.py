@@ -2,9 +2,9 @@
 
 A module of at least ``TIER_BYTES`` of LLVM IR compiled through the compile server,
 with no persistent-cache entry, is compiled first with ``llvm_target``'s "quick"
-pipeline (O1 without the vectorisers, code generation at O0: a third of LLVM's time or
-less on the train steps measured, kernels 5-15% slower; docs/performance.md), so its
-first call runs that much sooner.  The default pipeline's build is then made by a
+pipeline (O1 with the vectorisers, code generation at O0: about two thirds of LLVM's
+time on the train steps measured, kernels up to 16% slower; docs/performance.md), so
+its first call runs that much sooner.  The default pipeline's build is then made by a
 compile server of its own (``llvm_cpu.background_servers``: at a lower priority, so
 no first call of another cluster waits behind it) in a thread of this module, and
 swapped into the executable once loaded: later calls run it.
@@ -14,8 +14,7 @@ one aligned 8-byte store per step; the launch op reads a step's address once per
 run of that step (launch_op.cc ``RunStep``), so a call in flight during the swap may
 run some steps of each tier.  Both tiers compile the same module, so every step
 reads and writes the same buffers and computes the same values, within floating-
-point rounding (the quick tier's reductions are not vectorised, so they sum in
-another order).  The quick code stays loaded while its executable lives: a call may
+point rounding (a reduction vectorised differently sums in another order).  The quick code stays loaded while its executable lives: a call may
 still be in it.  The persistent cache (``objcache``) stores only the optimised build.
 
 Off with ``--tfjit_tiered_compile=false``; never with LLVM in this process, nor for
