@@ -14,8 +14,9 @@ one aligned 8-byte store per step; the launch op reads a step's address once per
 run of that step (launch_op.cc ``RunStep``), so a call in flight during the swap may
 run some steps of each tier.  Both tiers compile the same module, so every step
 reads and writes the same buffers and computes the same values, within floating-
-point rounding (a reduction vectorised differently sums in another order).  The quick code stays loaded while its executable lives: a call may
-still be in it.  The persistent cache (``objcache``) stores only the optimised build.
+point rounding (a reduction vectorised differently sums in another order).  The
+quick code stays loaded while its executable lives: a call may still be in it.  The
+persistent cache (``objcache``) stores only the optimised build.
 
 Off with ``--tfjit_tiered_compile=false``; never with LLVM in this process, nor for
 AOT objects or GPU code (their compile paths do not come here).  ``wait`` blocks until
