@@ -28,7 +28,7 @@ import time
 
 from tfjit import settings
 from tfjit import dtypes as dt
-from tfjit.codegen import control, library, llvm_cpu, nvptx, objcache
+from tfjit.codegen import control, library, llvm_cpu, nvptx, objcache, tiering
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.graph.graphdef import Graph
@@ -268,6 +268,7 @@ class Compiled:
     seconds: float
     cluster_def: bytes = b""    # the TF cluster it was lowered from (empty for a parsed module)
     constants: dict = dataclasses.field(default_factory=dict)   # constant arguments' values
+    upgrade: object = None      # tiering.Upgrade: its optimised build, where code is quick-tier
 
     @property
     def num_kernels(self) -> int:
@@ -309,7 +310,8 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
     e = emit(o, target, name)
     _mark("emit LLVM IR")
     code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], target.compiler,
-                                   runtime=e.runtime, phases=_mark if _profile else None)
+                                   runtime=e.runtime, phases=_mark if _profile else None,
+                                   tiered=settings.flags().tfjit_tiered_compile)
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],
@@ -327,8 +329,11 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         runtime=e.runtime,
         output_rows=[m.output_rows.get(j, -1) for j in range(len(m.outputs))])
     _mark("executable")
-    return Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
-                    time.perf_counter() - start)
+    compiled = Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
+                        time.perf_counter() - start)
+    if code.pipeline == tiering.QUICK:     # the optimised build follows (codegen/tiering.py)
+        tiering.start(compiled, [s for s, _, _ in e.steps])
+    return compiled
 
 
 @dataclasses.dataclass

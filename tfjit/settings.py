@@ -44,6 +44,7 @@ class Flags:
     tfjit_compile_in_process: bool = False   # run LLVM in this process (not the compile server)
     tfjit_compile_timeout: float = 300.0     # seconds a compile server request may take
     tfjit_compile_processes: int = 0         # compile servers per module (0: up to 4 cores)
+    tfjit_tiered_compile: bool = True        # big modules: quick code first, optimised behind
     tfjit_auto_max_kernels: int = 2000       # auto mode: a cluster with more kernels runs in TF
     tfjit_verify_ir: bool = False            # the IR verifier after every pass, and shared kernel
                                              # bodies re-emitted and compared (Target.verify_sharing;

@@ -158,6 +158,8 @@ def maybe_dump(compiled, passes=None) -> None:
     dirs = dump_dirs()
     if not dirs:
         return
+    from tfjit.codegen import tiering
+    tiering.wait(compiled)      # dump the code later calls run, not a quick first tier's
     number = next_number()
     extra = passes.files if passes is not None else ()
     for directory in dirs:

@@ -434,6 +434,8 @@ COMPILER_IR_STAGES = ("ir", "optimized_ir", "optimized_ir_dot", "llvm", "asm", "
 
 def _compiler_ir(compiled, stage: str = "ir", arch: str = "sm_90") -> str:
     from tfjit.api import dump
+    from tfjit.codegen import tiering
+    tiering.wait(compiled)      # the code later calls run, not a quick first tier's
     if stage == "ir":
         return compiled.module_before
     if stage == "optimized_ir":

@@ -18,7 +18,8 @@ stderr, for logs: whatever prints there (a ``sitecustomize``, a library) never
 reaches the replies.  Every request has a bounded wait (``timeout``,
 ``--tfjit_compile_timeout``): a server that does not answer in time (stopped,
 hung) is killed and the request fails with ``ServerTimeout``.  Requests: ``("env",)`` -> ``{"triple", "data_layout",
-"cpu", "llvm"}``; ``("compile", ir_text)`` -> ``(object bytes, optimised IR)``;
+"cpu", "llvm"}``; ``("compile", ir_text[, pipeline])`` -> ``(object bytes, optimised IR)``
+(``pipeline``: a name of ``llvm_target.PIPELINES``, "default" when not given);
 ``("asm", optimised_ir)`` -> assembly text; ``("ptx", ir_text, arch)`` -> (PTX, optimised
 IR) for an NVIDIA GPU (codegen/nvptx.py).  A reply is ``("ok", value)`` or
 ``("error", message)``.  The server imports llvmlite and ``llvm_target`` (not
@@ -75,7 +76,8 @@ IDLE_EXIT = 75          # the exit code of a server that left because it was idl
 class Client:
     """The JIT process's end: starts the server on first use and again after it ended."""
 
-    def __init__(self, idle_seconds: float = IDLE_SECONDS, timeout: float = 300.0):
+    def __init__(self, idle_seconds: float = IDLE_SECONDS, timeout: float = 300.0,
+                 nice: int = 0):
         self._lock = threading.Lock()
         self._proc = None
         self._sock = None         # this end of the socket pair; _file reads and writes it
@@ -85,6 +87,7 @@ class Client:
         self.idle_seconds = idle_seconds
         self.timeout = timeout    # seconds a request may wait for its reply
         self.starts = 0           # servers started so far
+        self.nice = nice          # the server's niceness: >0 for work nobody waits for
 
     def _start(self):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,7 +98,7 @@ class Client:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "tfjit.codegen.jit_server", str(self.idle_seconds),
-                 "--fd", str(theirs.fileno())],
+                 "--fd", str(theirs.fileno()), "--nice", str(self.nice)],
                 stdin=subprocess.DEVNULL, stdout=2, pass_fds=(theirs.fileno(),),
                 env=env)
         except BaseException:
@@ -185,11 +188,15 @@ def _serve(inp, out, idle_seconds: float) -> int:
         if kind == "env":
             return llvm_target.env(tm)
         if kind == "compile":
+            pipeline = args[1] if len(args) > 1 else "default"
+            machine = llvm_target.shared_object_target_machine(
+                llvm_target.codegen_level(pipeline))
             mod = llvm.parse_assembly(args[0])
             mod.verify()
-            llvm_target.optimise(mod, tm)
-            return tm.emit_object(mod), str(mod)
+            llvm_target.optimise(mod, machine, pipeline)
+            return machine.emit_object(mod), str(mod)
         if kind == "asm":
+            llvm_target.use_options()      # a PTX request since may have set others
             return tm.emit_assembly(llvm.parse_assembly(args[0]))
         if kind == "ptx":
             return llvm_target.emit_ptx(*args)
@@ -214,4 +221,6 @@ def _serve(inp, out, idle_seconds: float) -> int:
 
 if __name__ == "__main__":
     channel = socket.socket(fileno=int(sys.argv[sys.argv.index("--fd") + 1]))
+    if "--nice" in sys.argv and int(sys.argv[sys.argv.index("--nice") + 1]) > 0:
+        os.nice(int(sys.argv[sys.argv.index("--nice") + 1]))
     sys.exit(_serve(channel.makefile("rb"), channel.makefile("wb"), float(sys.argv[1])))

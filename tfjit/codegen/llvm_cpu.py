@@ -1,4 +1,4 @@
-"""The CPU target: LLVM IR for the host CPU, optimised at O3, turned into machine code.
+"""The CPU target: LLVM IR for the host CPU, optimised (``llvm_target.PIPELINES``), as machine code.
 
 What differs from other targets is only here: the target machine (host CPU
 name and features, so AVX-512 is used where present), transcendental math
@@ -37,6 +37,7 @@ log = logging.getLogger("tfjit")
 
 _client = None
 _helpers: list = []     # more compile servers, for the parts of a split module (ir_split)
+_background = []        # the server that builds optimised code behind quick code (tiering.py)
 # A module is split only where each part gets at least this much LLVM IR text: about
 # 150 ms of LLVM here, against a few ms for the extra request and ``ld -r``.
 SPLIT_BYTES = 16384
@@ -71,6 +72,20 @@ def servers(compiler: Compiler) -> list:
         return [first] + _helpers[:compiler.processes - 1]
 
 
+def background_servers(compiler: Compiler) -> list:
+    """The client of the compile server that makes optimised code while quick code runs
+    (``codegen/tiering.py``): a server of its own, so that no first call waits behind it,
+    at a lower priority (niceness 10), so that it takes a core only where nothing else
+    wants one; none in process."""
+    from tfjit.codegen import jit_server
+    if server(compiler) is None:
+        return []
+    with _lock:
+        if not _background:
+            _background.append(jit_server.Client(timeout=compiler.timeout, nice=10))
+        return list(_background)
+
+
 def start_server(compiler: Compiler) -> None:
     """Starts the compile servers now, if there are to be any, so that their start-up
     (Python, llvmlite, LLVM's target) overlaps whatever the caller does next."""
@@ -96,6 +111,8 @@ class MachineCode:
     optimized_ir: str
     compiler: Compiler       # where it was compiled (its assembly is asked there)
     from_cache: bool = False  # loaded from the persistent cache (objcache), not compiled
+    pipeline: str = "default"  # llvm_target.PIPELINES: "quick" for a first tier (tiering.py)
+    upgrade: object = None   # quick-tier code: its optimised build (tiering.Upgrade)
 
     def asm(self) -> str:
         """Assembly text; a module compiled in parts (ir_split) prints part after part."""
@@ -104,6 +121,7 @@ class MachineCode:
         if client is not None:
             return "\n".join(client.request("asm", p) for p in parts or [self.optimized_ir])
         with _lock:
+            llvm_target.use_options()
             return "\n".join(target_machine().emit_assembly(binding().parse_assembly(p))
                              for p in parts or [self.optimized_ir])
 
@@ -259,8 +277,11 @@ def compile_module(module: ir.Module, symbols: list, compiler: Compiler,
 
 
 def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
-               runtime: list = (), phases=None) -> MachineCode:
-    """Optimises LLVM IR text and loads its machine code; ``on_object(bytes)`` receives the
+               runtime: list = (), phases=None, pipeline: str = "default",
+               clients: list | None = None) -> MachineCode:
+    """Optimises LLVM IR text with ``pipeline`` (``llvm_target.PIPELINES``) and loads its
+    machine code, compiled by ``clients`` (compile servers; ``servers(compiler)`` when
+    None) unless LLVM runs in this process; ``on_object(bytes)`` receives the
     object file (what the persistent cache stores; see ``load_object``).  ``runtime``: the
     op library's functions the code calls (dot, convolution, parallel_for).  ``phases(name)``,
     when given, is called as each step ends: "LLVM (compile server)" or "LLVM (in process)",
@@ -274,8 +295,8 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
             client.start()
         except OSError as e:       # cannot start a process: say so, compile here
             _in_process_from_now_on(f"cannot start the compile server ({e})")
-            return compile_ir(text, symbols, compiler, on_object, runtime, phases)
-        obj, optimized_ir = _compile_in_servers(text, compiler)
+            return compile_ir(text, symbols, compiler, on_object, runtime, phases, pipeline)
+        obj, optimized_ir = _compile_in_servers(text, compiler, pipeline, clients)
         if phases is not None:
             phases("LLVM (compile server)")
         try:
@@ -283,7 +304,8 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
                                from_cache=False)
         except ValueError as e:
             _in_process_from_now_on(f"cannot load code from the compile server: {e}")
-            return compile_ir(text, symbols, compiler, on_object, runtime, phases)
+            return compile_ir(text, symbols, compiler, on_object, runtime, phases, pipeline)
+        code.pipeline = pipeline
         if phases is not None:
             phases("link and load")
         if on_object is not None:
@@ -294,30 +316,32 @@ def compile_ir(text: str, symbols: list, compiler: Compiler, on_object=None,
     with _lock:   # LLVM's global state (pass registration, MCJIT) is not thread-safe
         mod = llvm.parse_assembly(text)
         mod.verify()
-        optimise(mod, target_machine())
-        engine = llvm.create_mcjit_compiler(mod, new_target_machine())   # owned by the engine
+        optimise(mod, target_machine(), pipeline)
+        engine = llvm.create_mcjit_compiler(   # the engine owns its target machine
+            mod, new_target_machine(opt=llvm_target.codegen_level(pipeline)))
         if on_object is not None:   # MCJIT calls it once codegen is done, in finalize_object
             engine.set_object_cache(lambda _module, obj: on_object(obj))
         engine.finalize_object()
         addresses = {s: engine.get_function_address(s) for s in symbols}
     if phases is not None:
         phases("LLVM (in process)")
-    return MachineCode(engine, addresses, text, str(mod), compiler)
+    return MachineCode(engine, addresses, text, str(mod), compiler, pipeline=pipeline)
 
 
-def _compile_in_servers(text: str, compiler: Compiler) -> tuple:
+def _compile_in_servers(text: str, compiler: Compiler, pipeline: str = "default",
+                        clients: list | None = None) -> tuple:
     """(object, optimised IR) of ``text`` from the compile servers: in parts side by side
     where the module is big enough (ir_split.py), the parts' objects merged into one and
     their optimised modules printed one after another."""
-    clients = servers(compiler)
+    clients = servers(compiler) if clients is None else clients
     parts = ir_split.split(text, len(clients), SPLIT_BYTES) if len(clients) > 1 else None
     if parts is None:
-        return clients[0].request("compile", text)
+        return clients[0].request("compile", text, pipeline)
     replies: list = [None] * len(parts)
 
     def compile_part(k):
         try:
-            replies[k] = ("ok", clients[k].request("compile", parts[k]))
+            replies[k] = ("ok", clients[k].request("compile", parts[k], pipeline))
         except BaseException as e:     # noqa: BLE001 - raised in the caller's thread below
             replies[k] = ("error", e)
     threads = [threading.Thread(target=compile_part, args=(k,), daemon=True)

@@ -1,4 +1,5 @@
-"""LLVM's target for tfjit's CPU code: the host's CPU and features, and the pipeline (O3).
+"""LLVM's target for tfjit's CPU code: the host's CPU and features, and the pipeline
+(O3 without partial unrolling and loop strength reduction: ``PIPELINES``).
 
 The part of the CPU target that needs LLVM itself (``llvmlite.binding``): used
 by the compile server (``jit_server``, which imports nothing else of tfjit's
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import typing
 
 LOCK = threading.Lock()     # LLVM's global state (pass registration, MCJIT) is not thread-safe
 
@@ -19,12 +21,13 @@ def binding():
 
 
 def new_target_machine(**kwargs):
-    """A target machine for this host's CPU and features (MCJIT's defaults unless overridden)."""
+    """A target machine for this host's CPU and features (MCJIT's defaults and the default
+    pipeline's code generator opt level unless overridden)."""
     llvm = binding()
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     target = llvm.Target.from_default_triple()
-    options = dict(opt=3, codemodel="jitdefault", jit=True) | kwargs
+    options = dict(opt=codegen_level(), codemodel="jitdefault", jit=True) | kwargs
     return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features(),
                                         **options)
 
@@ -39,9 +42,11 @@ def target_machine():
 
 
 @functools.lru_cache(maxsize=None)
-def shared_object_target_machine():
-    """The compile server's target machine: the host CPU, code for a shared library."""
-    return new_target_machine(reloc="pic", codemodel="default", jit=False)
+def shared_object_target_machine(level: int | None = None):
+    """The compile server's target machine: the host CPU, code for a shared library, made
+    at code generator opt level ``level`` (the default pipeline's when None)."""
+    return new_target_machine(reloc="pic", codemodel="default", jit=False,
+                              opt=codegen_level() if level is None else level)
 
 
 def features() -> str:
@@ -59,41 +64,104 @@ def cpu_fingerprint() -> str:
     return f"{llvm.get_process_triple()} {llvm.get_host_cpu_name()} {features()}"
 
 
-# LLVM pipelines by name: (speed level, loop unrolling, loop interleaving, partial and
-# runtime unrolling).  Loop and SLP vectorisation are always on (mathlib's polynomials
-# are written for them).  "Loop unrolling" off drops full unrolling too, which the
-# small constant windows of pooling and convolution loops need; partial and runtime
-# unrolling (LLVM's -unroll-allow-partial and -unroll-runtime, which the target turns
-# on for CPUs whose scheduling model has a loop buffer, AMD's Zen among them) copy
-# loop bodies that the vectoriser has already widened and interleaved.
+class Pipeline(typing.NamedTuple):
+    """An LLVM pipeline: the optimisation pipeline's speed level, loop unrolling, loop
+    interleaving, partial and runtime unrolling; the code generator's opt level
+    (``new_target_machine``'s ``opt``); LLVM command-line options set while it runs
+    (("-disable-lsr", "true"), ...: process-wide, set by ``optimise``, which ``OPTIONS``
+    resets for the next pipeline that does not name them); loop and SLP vectorisation
+    (off only in a quick tier's pipeline: mathlib's polynomials are written for them)."""
+    speed: int
+    unroll: bool
+    interleave: bool
+    partial: bool
+    codegen: int = 3
+    options: tuple = ()
+    vectorise: bool = True
+
+
+# LLVM pipelines by name.  Loop and SLP vectorisation are on but in quick-tier candidates
+# (mathlib's polynomials are written for them).  "Loop unrolling" off drops full unrolling
+# too, which the small constant windows of pooling and convolution loops need; partial and
+# runtime unrolling (LLVM's -unroll-allow-partial and -unroll-runtime, which the target
+# turns on for CPUs whose scheduling model has a loop buffer, AMD's Zen among them) copy
+# loop bodies that the vectoriser has already widened and interleaved.  The rest are
+# tools/llvm_ab.py's trials of cheaper code generation (docs/performance.md).
 PIPELINES = {
-    "o3": (3, True, True, True),
-    "o3-nounroll": (3, False, True, True),
-    "o3-nopartial": (3, True, True, False),
-    "o2-nopartial": (2, True, True, False),
+    "o3": Pipeline(3, True, True, True),
+    "o3-nounroll": Pipeline(3, False, True, True),
+    "o3-nopartial": Pipeline(3, True, True, False),
+    "o2-nopartial": Pipeline(2, True, True, False),
+    "o3-nointerleave": Pipeline(3, True, False, False),
+    "o3-cg2": Pipeline(3, True, True, False, codegen=2),
+    "o3-cg1": Pipeline(3, True, True, False, codegen=1),
+    "o3-nolsr": Pipeline(3, True, True, False, options=(("-disable-lsr", "true"),)),
+    "o1-cg1": Pipeline(1, True, True, False, codegen=1),
+    "o2-nolsr": Pipeline(2, True, True, False, options=(("-disable-lsr", "true"),)),
+    "o3-nolsr-cg1": Pipeline(3, True, True, False, codegen=1,
+                             options=(("-disable-lsr", "true"),)),
+    "o3-nolsr-nointerleave": Pipeline(3, True, False, False, options=(("-disable-lsr", "true"),)),
+    "o1-cg0": Pipeline(1, True, True, False, codegen=0),
+    "o1-novec-cg0": Pipeline(1, True, False, False, codegen=0, vectorise=False),
+    "o1-novec-cg1": Pipeline(1, True, False, False, codegen=1, vectorise=False,
+                             options=(("-disable-lsr", "true"),)),
+    "o2-cg0": Pipeline(2, True, True, False, codegen=0),
 }
-PIPELINES["default"] = PIPELINES["o3-nopartial"]   # tools/llvm_ab.py: see docs/performance.md
+# The default: O3 without partial/runtime unrolling, and without loop strength reduction
+# (LLVM's -disable-lsr: code generation's LSR pass and what it leaves to instruction
+# selection were about a third of LLVM's time on the CNN step; no kernel measured slower).
+# tools/llvm_ab.py measured both: see docs/performance.md, "Where a first call goes".
+PIPELINES["default"] = PIPELINES["o3-nolsr"]
+# The first tier of a big module's code (codegen/tiering.py): O1 with the vectorisers,
+# code generation at O0 (fast instruction selection and register allocation).  Without
+# the vectorisers LLVM takes half as long again, but MobileNet's first run took 4x as
+# long (its depthwise and elementwise kernels): slower first calls than no tiers at all.
+PIPELINES["quick"] = PIPELINES["o1-cg0"]
+# LLVM's defaults of the options a pipeline may set (restored when the next one does not)
+OPTIONS = {"-disable-lsr": "false"}
 _partial = [None]     # the partial-unrolling state last set in this process's LLVM
+_options: dict = {}   # option -> value last set in this process's LLVM
+
+
+def codegen_level(pipeline: str = "default") -> int:
+    """The code generator's opt level for ``pipeline`` (``new_target_machine(opt=...)``)."""
+    return PIPELINES[pipeline].codegen
+
+
+def use_options(pipeline: str = "default") -> None:
+    """Sets LLVM's process-wide options to ``pipeline``'s (``PIPELINES``): what
+    ``optimise`` does first, and what code generation of an already optimised module
+    (assembly of ``MachineCode.asm``) needs.  Call with LOCK held where threads share LLVM."""
+    llvm = binding()
+    p = PIPELINES[pipeline]
+    if _partial[0] != p.partial and not (_partial[0] is None and p.partial):
+        # LLVM's default (None) is the target's choice; set only once something turned
+        # it off (then "true" forces it on: tools/llvm_ab.py's A/B in one process).
+        value = "true" if p.partial else "false"
+        llvm.set_option("tfjit", f"-unroll-allow-partial={value}")
+        llvm.set_option("tfjit", f"-unroll-runtime={value}")
+        _partial[0] = p.partial
+    wanted = dict(p.options)
+    for option in set(_options) | set(wanted):
+        value = wanted.get(option, OPTIONS[option])
+        if _options.get(option, OPTIONS[option]) != value:
+            llvm.set_option("tfjit", f"{option}={value}")
+            _options[option] = value
 
 
 def optimise(mod, tm, pipeline: str = "default") -> None:
     """LLVM's pipeline ``pipeline`` (``PIPELINES``) with loop and SLP vectorisation, for
-    ``tm``'s CPU.  Call with LOCK held where threads share LLVM (partial unrolling is a
-    process-wide LLVM option)."""
+    ``tm``'s CPU; sets the pipeline's LLVM options (``use_options``), which code
+    generation (that the caller runs next, LOCK still held) reads too.  Call with LOCK
+    held where threads share LLVM (the options are process-wide)."""
     llvm = binding()
-    speed, unroll, interleave, partial = PIPELINES[pipeline]
-    if _partial[0] != partial and not (_partial[0] is None and partial):
-        # LLVM's default (None) is the target's choice; set only once something turned
-        # it off (then "true" forces it on: tools/llvm_ab.py's A/B in one process).
-        value = "true" if partial else "false"
-        llvm.set_option("tfjit", f"-unroll-allow-partial={value}")
-        llvm.set_option("tfjit", f"-unroll-runtime={value}")
-        _partial[0] = partial
-    pto = llvm.create_pipeline_tuning_options(speed_level=speed)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = unroll
-    pto.loop_interleaving = interleave
+    p = PIPELINES[pipeline]
+    use_options(pipeline)
+    pto = llvm.create_pipeline_tuning_options(speed_level=p.speed)
+    pto.loop_vectorization = p.vectorise
+    pto.slp_vectorization = p.vectorise
+    pto.loop_unrolling = p.unroll
+    pto.loop_interleaving = p.interleave
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
 

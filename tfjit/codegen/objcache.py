@@ -108,14 +108,24 @@ def unpack_payload(payload: bytes, source: bytes, symbols: list = ()) -> tuple:
 
 def compile_module(module, symbols: list, compiler: Compiler,
                    cache: diskcache.DiskCache | None = None,
-                   runtime: list = (), phases=None) -> llvm_cpu.MachineCode:
+                   runtime: list = (), phases=None, tiered: bool = False) -> llvm_cpu.MachineCode:
     """``llvm_cpu.compile_module`` through the persistent cache (the flags' directory unless
     ``cache`` is given; straight compilation when the cache is off).  ``phases(name)``, when
-    given, is called as each step ends (``llvm_cpu.compile_ir``; "disk cache")."""
+    given, is called as each step ends (``llvm_cpu.compile_ir``; "disk cache").  ``tiered``
+    (--tfjit_tiered_compile): a module that misses the cache and that ``tiering.applies``
+    to is compiled quick-tier, its ``upgrade`` builds the optimised code, and only that
+    is stored in the cache (``tiering.py``)."""
+    from tfjit.codegen import tiering
     cache = cache if cache is not None else diskcache.active()
-    if cache is None:
+    if cache is None and not tiered:
         return llvm_cpu.compile_module(module, symbols, compiler, runtime, phases)
     text = str(module)
+    if cache is None:
+        if phases is not None:
+            phases("LLVM IR text")
+        if tiering.applies(text, compiler, tiered):
+            return tiering.compile_quick(text, symbols, compiler, runtime, phases, None)
+        return llvm_cpu.compile_ir(text, symbols, compiler, runtime=runtime, phases=phases)
     key, source = cache_key(text, environment(compiler)), source_digest(text, symbols)
     payload = cache.get(key)        # verified against the key and its checksum, or None
     if phases is not None:
@@ -126,9 +136,14 @@ def compile_module(module, symbols: list, compiler: Compiler,
             return llvm_cpu.load_object(obj, symbols, text, optimized_ir, compiler, runtime)
         except ValueError as e:
             cache.reject(key, str(e))
+
+    def store(obj: bytes, optimized_ir: str) -> None:
+        cache.put(key, pack_payload(obj, optimized_ir, source))
+    if tiering.applies(text, compiler, tiered):
+        return tiering.compile_quick(text, symbols, compiler, runtime, phases, store)
     objects = []
     code = llvm_cpu.compile_ir(text, symbols, compiler, on_object=objects.append,
                                runtime=runtime, phases=phases)
     if len(objects) == 1:            # one module makes one object
-        cache.put(key, pack_payload(objects[0], code.optimized_ir, source))
+        store(objects[0], code.optimized_ir)
     return code

@@ -96,6 +96,27 @@ class Executable:
         self.keepalive = keepalive
         self.address = ctypes.addressof(struct)
         self.runtime = runtime      # the op library functions its code calls
+        self.retired: list = []     # code that swap_code replaced, kept loaded
+
+    def swap_code(self, addresses: Sequence[int], keepalive: object) -> None:
+        """Runs the steps' functions at ``addresses`` (one per step, in order) from now on:
+        another build of the same module (codegen/tiering.py), held by ``keepalive``.
+        Each address is one aligned 8-byte store, and the launch op reads a step's
+        address once per run of the step, so a call in flight runs each step whole in
+        one build or the other; the code it replaces stays loaded (``retired``) while
+        this executable lives, since such a call may still be in it."""
+        steps = self._buffers[7]
+        if len(addresses) != self._struct.num_steps or not all(addresses):
+            raise ValueError(f"{len(addresses)} addresses for {self._struct.num_steps} steps")
+        self.retired.append(self.keepalive)
+        self.keepalive = keepalive
+        for k, address in enumerate(addresses):
+            steps[k].fn = address
+
+    @property
+    def step_addresses(self) -> list:
+        """The address of each step's function, in run order."""
+        return [step.fn for step in self._buffers[7][:self._struct.num_steps]]
 
     @property
     def needs_host_library(self) -> bool:
