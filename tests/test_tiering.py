@@ -87,6 +87,24 @@ def test_flag_off_compiles_the_default_pipeline_only(tiered, tf, tfjit, rng):
     assert tiering.stats() == before
 
 
+def test_op_determinism_compiles_the_default_pipeline_only(tiered, tf, tfjit, rng):
+    """With TF's deterministic ops asked for, no quick tier: its results could round
+    otherwise than the optimised code's that follows."""
+    from tfjit.codegen import tiering
+    tf.config.experimental.enable_op_determinism()
+    try:
+        inputs = _inputs(tf, rng, SHAPES[0])
+        f = tfjit.function(model, jit_compile=True)
+        before = tiering.stats()
+        _check(f, inputs, "deterministic")
+        compiled = f.compiled(*inputs)
+        assert compiled.code.pipeline == "default" and compiled.upgrade is None
+        assert tiering.stats() == before
+    finally:
+        from tensorflow.python.framework import config as tf_config
+        tf_config.disable_op_determinism()
+
+
 def test_small_modules_are_not_tiered(tf, tfjit, rng, flags):
     from tfjit.api.service import SERVICE
     from tfjit.codegen import tiering

@@ -311,7 +311,7 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
     _mark("emit LLVM IR")
     code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], target.compiler,
                                    runtime=e.runtime, phases=_mark if _profile else None,
-                                   tiered=settings.flags().tfjit_tiered_compile)
+                                   tiered=settings.tiered_compile())
     executable = launch.make_executable(
         input_dtypes=[launch.DT_RESOURCE if k in m.variable_params else d.tf_enum
                       for k, (d, _) in enumerate(signature)],

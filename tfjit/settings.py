@@ -137,3 +137,17 @@ def onednn_enabled() -> bool:
         return bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
         return False
+
+
+def tiered_compile() -> bool:
+    """Quick code first for big modules (--tfjit_tiered_compile, codegen/tiering.py), but
+    never where TF is asked for deterministic ops: the quick code's reductions may round
+    differently from the optimised code that replaces it, so the same call's results
+    would change once the swap happens."""
+    if not flags().tfjit_tiered_compile:
+        return False
+    try:
+        from tensorflow.python.framework import config as tf_config
+        return not tf_config.is_op_determinism_enabled()
+    except (ImportError, AttributeError):
+        return True
