@@ -195,3 +195,22 @@ def test_the_compile_timeout_flag():
     for bad in ("0", "-1", "soon"):
         with pytest.raises(config.FlagError, match="expects a positive number"):
             config.parse_flags(f"--tfjit_compile_timeout={bad}")
+
+
+def test_a_client_gone_mid_request_ends_the_server_quietly():
+    """A program may exit while its optimised tier is still being built
+    (codegen/tiering.py): the server's reply then finds no reader, and the server ends
+    without a traceback (it would print into the user's terminal)."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "wb") as w:
+        jit_server._send(w, ("no-such-request",))     # answered with an error reply
+
+    class Gone:
+        def write(self, data):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    with os.fdopen(read_fd, "rb") as r:
+        assert jit_server._serve(r, Gone(), 5.0) == 0

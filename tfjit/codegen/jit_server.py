@@ -178,8 +178,8 @@ class Client:
 
 
 def _serve(inp, out, idle_seconds: float) -> int:
-    """Answers requests until the client closes the pipe (returns 0) or none comes for
-    ``idle_seconds`` (returns IDLE_EXIT)."""
+    """Answers requests until the client closes the pipe or is gone when a reply is sent
+    (returns 0), or none comes for ``idle_seconds`` (returns IDLE_EXIT)."""
     from tfjit.codegen import llvm_target       # LLVM, and nothing else of the compiler
     llvm = llvm_target.binding()
     tm = llvm_target.shared_object_target_machine()
@@ -216,7 +216,12 @@ def _serve(inp, out, idle_seconds: float) -> int:
             reply = ("ok", handle(*message))
         except Exception as e:    # noqa: BLE001 - every failure goes back as a reply
             reply = ("error", f"{type(e).__name__}: {e}")
-        _send(out, reply)
+        try:
+            _send(out, reply)
+        except (BrokenPipeError, ConnectionResetError):
+            # the client has exited mid-request: a program that ends while the
+            # optimised tier of its code is still being built (codegen/tiering.py)
+            return 0
 
 
 if __name__ == "__main__":
