@@ -74,32 +74,30 @@ def test_compiler_ir_shows_the_optimised_code(tiered, tf, tfjit, rng):
     assert compiled.code.pipeline == "default" and llvm == compiled.code.optimized_ir
 
 
-def test_flag_off_compiles_the_default_pipeline_only(tiered, tf, tfjit, rng):
+def _assert_untiered(tf, tfjit, rng, what):
+    """A compile that runs the default pipeline at once: no quick code, nothing retired."""
     from tfjit.codegen import tiering
-    tiered.tfjit_tiered_compile = False
     inputs = _inputs(tf, rng, SHAPES[0])
     f = tfjit.function(model, jit_compile=True)
     before = tiering.stats()
-    _check(f, inputs, "untiered")
+    _check(f, inputs, what)
     compiled = f.compiled(*inputs)
     assert compiled.code.pipeline == "default" and compiled.upgrade is None
     assert compiled.executable.retired == []
     assert tiering.stats() == before
 
 
+def test_flag_off_compiles_the_default_pipeline_only(tiered, tf, tfjit, rng):
+    tiered.tfjit_tiered_compile = False
+    _assert_untiered(tf, tfjit, rng, "untiered")
+
+
 def test_op_determinism_compiles_the_default_pipeline_only(tiered, tf, tfjit, rng):
     """With TF's deterministic ops asked for, no quick tier: its results could round
     otherwise than the optimised code's that follows."""
-    from tfjit.codegen import tiering
     tf.config.experimental.enable_op_determinism()
     try:
-        inputs = _inputs(tf, rng, SHAPES[0])
-        f = tfjit.function(model, jit_compile=True)
-        before = tiering.stats()
-        _check(f, inputs, "deterministic")
-        compiled = f.compiled(*inputs)
-        assert compiled.code.pipeline == "default" and compiled.upgrade is None
-        assert tiering.stats() == before
+        _assert_untiered(tf, tfjit, rng, "deterministic")
     finally:
         from tensorflow.python.framework import config as tf_config
         tf_config.disable_op_determinism()
