@@ -23,7 +23,7 @@ import tensorflow as tf
 import tfjit
 from oracle import assert_matches
 from tfjit import pipeline
-from tfjit.codegen import llvm_cpu, nvptx
+from tfjit.codegen import lanes, llvm_cpu, nvptx
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.ir import interp
 from tfjit.ir.text import parse_module
@@ -39,6 +39,20 @@ class _Result(enum.IntEnum):
     CUDA_ERROR_NO_DEVICE = 100
 
 
+class DevicePointer:
+    """cuda-python's CUdeviceptr: ``int()`` is the device address; ``getPtr()`` is the
+    host address of the handle, which the first H200 run showed is no device address."""
+
+    def __init__(self, address: int):
+        self.address, self.handle = address, ctypes.c_uint64(address)
+
+    def __int__(self):
+        return self.address
+
+    def getPtr(self):
+        return ctypes.addressof(self.handle)
+
+
 class FakeDriver:
     """The cuda-python calls runtime/cuda.py makes, over host memory."""
     CUresult = _Result
@@ -48,7 +62,7 @@ class FakeDriver:
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR="minor")
 
     def __init__(self, functions: dict, devices: int = 1, memory: int = 1 << 30):
-        self.functions = functions        # PTX entry name -> host address of its row body
+        self.functions = functions        # PTX entry name -> (host address of its row body, rows)
         self.devices, self.memory = devices, memory
         self.live: dict = {}              # address -> buffer
         self.launches: list = []
@@ -88,7 +102,7 @@ class FakeDriver:
             return _Result.CUDA_ERROR_OUT_OF_MEMORY, 0
         buf = np.full(nbytes, 0xAB, np.uint8)      # garbage, as device memory is
         self.live[buf.ctypes.data] = buf
-        return _Result.CUDA_SUCCESS, buf.ctypes.data
+        return _Result.CUDA_SUCCESS, DevicePointer(buf.ctypes.data)
 
     def cuMemFree(self, ptr):
         del self.live[int(ptr)]
@@ -108,9 +122,11 @@ class FakeDriver:
         args = (ctypes.c_void_p * 2).from_address(params)
         bufs = ctypes.c_uint64.from_address(args[0]).value
         rows = ctypes.c_int64.from_address(args[1]).value
-        assert bx == 128 and gx == max(1, min(-(-rows // bx), 132 * 32))
+        # the occupancy calculator's 128, or a held row's exact block (codegen/lanes.py)
+        assert (bx == 128 or bx in (64, 256, 512)) and gx == max(1, min(-(-rows // bx), 132 * 32))
         self.launches.append((fn, rows))
-        _ROW(self.functions[fn])(bufs, 0, rows)        # every row, as the grid-stride loop
+        address, host_rows = self.functions[fn]
+        _ROW(address)(bufs, 0, host_rows)        # every row, as the grid-stride loop
         return (_Result.CUDA_SUCCESS,)
 
     def cuCtxSynchronize(self):
@@ -126,8 +142,14 @@ def _compile(fn, *specs):
     llmod, steps = llvm_cpu.emit_module("m", o.fusions, o.plan, list(MESSAGES), host)
     code = llvm_cpu.compile_module(llmod, [s for s, _, _ in steps], host.compiler)
     entries = [nvptx.entry_name("m", n) for n in range(len(steps))]
-    assert [(e, r) for e, (_, r, _) in zip(entries, steps)] == program.entries
-    return program, {e: code.addresses[s] for e, (s, _, _) in zip(entries, steps)}, \
+    # a PTX entry whose warps share rows counts threads (codegen/lanes.py); the host
+    # form takes a row per call, so it runs the rows alone (a GPU's column tiles are rows
+    # of their own: the host form runs the CPU's rows of the same kernel)
+    assert [e for e, _ in program.entries] == entries
+    for (_, r), (_, hr, _), block in zip(program.entries, steps, program.blocks):
+        assert r in [hr * g for g in (1, 8, 16, lanes.WARP)] or (block > 0 and r % block == 0)
+    assert len(program.blocks) == len(program.entries)
+    return program, {e: (code.addresses[s], hr) for e, (s, hr, _) in zip(entries, steps)}, \
         parse_module(text), code
 
 
@@ -157,6 +179,7 @@ def rows(x, y):
     (lambda x, y: (tf.cast(x, tf.float16) * 3, tf.reduce_sum(y, axis=1)),
      [[7, 4099], [7, 4099]], tf.float32),
     (lambda x, y: (x // y, x % y, tf.reduce_prod(x, axis=0)), [[40, 13], [40, 13]], tf.int32),
+    (lambda x, s: (x * s, tf.reduce_sum(x) + s), [[4, 5], []], tf.float32),   # a scalar input
 ])
 def test_the_gpu_form_of_the_kernels_matches_the_interpreter(fake, fn, shapes, dtype):
     program, functions, module, code = _compile(fn, *[tf.TensorSpec(s, dtype) for s in shapes])
@@ -181,6 +204,38 @@ def test_an_output_that_is_an_input_and_a_kernel_error(fake):
     assert got[0].tolist() == x.tolist() and got[1].tolist() == [3.0, 0.0]
     with pytest.raises(cuda.KernelError, match=r"indices\[0\] = 9 is not in \[0, 4\)"):
         cuda.run(program, [x, np.array([9, 0], np.int32)])
+
+
+def test_a_bound_program_runs_its_steps_without_a_round_trip(fake):
+    """cuda.Bound (what a timed loop and TfjitLaunch's GPU kernel do): buffers bound
+    once, every step enqueued, the status read once; the first error is the one named."""
+    program, functions, module, _ = _compile(
+        lambda x, i: (tf.nn.softmax(x) * 2.0, tf.gather(x, i)),
+        tf.TensorSpec([6, 40]), tf.TensorSpec([3], tf.int32))
+    assert len(program.entries) >= 2
+    driver = fake(functions)
+    dev = cuda.Device.get(0)
+    x = np.random.default_rng(3).standard_normal([6, 40]).astype(np.float32)
+    i = np.array([5, 0, 2], np.int32)
+    ins = [np.require(v, requirements="C") for v in (x, i)]
+    outs = [np.empty(shape, dtype) for dtype, shape in program.outputs]
+    bound = cuda.Bound(dev, program, [v.ctypes.data for v in ins], [v.ctypes.data for v in outs])
+    for _ in range(2):
+        bound.launch()
+    bound.check()
+    for g, w in zip(outs, interp.evaluate(module, [x, i])):
+        assert_matches(g, w, rtol=2e-5, atol=2e-5)
+    assert len(driver.launches) == 2 * len(program.entries)
+    ins[1][:] = [1, 7, 2]
+    bound.launch()
+    with pytest.raises(cuda.KernelError, match=r"indices\[1\] = 7 is not in \[0, 6\)"):
+        bound.check()
+    bound.clear()
+    ins[1][:] = [1, 2, 3]
+    bound.launch(only=len(program.entries) - 1)
+    bound.check()
+    bound.close()
+    assert not driver.live
 
 
 def test_runtime_errors_are_typed(fake, monkeypatch):

@@ -28,7 +28,7 @@ import time
 
 from tfjit import settings
 from tfjit import dtypes as dt
-from tfjit.codegen import control, library, llvm_cpu, nvptx, objcache, tiering
+from tfjit.codegen import control, lanes, library, llvm_cpu, nvptx, objcache, tiering
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.graph.graphdef import Graph
@@ -352,13 +352,15 @@ class CompiledPtx:
     variable_params: frozenset = frozenset()   # inputs that are resource variables
     updates: tuple = ()         # the trailing outputs' variable inputs
     boundary: tuple = ()        # (params, outputs) as TF sees them (Module.boundary_params)
+    blocks: tuple = ()          # per entry: its exact threads per block, 0 any (lanes.block)
 
     def program(self) -> cuda.Program:
         """The plain data runtime/cuda.py runs (no compiler objects)."""
         return cuda.Program(
             self.name, self.arch, self.ptx, list(self.entries), list(self.messages),
             [(d.numpy(), s) for d, s in self.params], [(d.numpy(), s) for d, s in self.outputs],
-            list(self.plan.output_source), list(self.plan.temp_offsets), self.plan.arena_bytes)
+            list(self.plan.output_source), list(self.plan.temp_offsets), self.plan.arena_bytes,
+            list(self.blocks))
 
     def executable(self) -> launch_gpu.GpuExecutable:
         """What TfjitLaunch's GPU kernel runs (runtime/launch_gpu.py)."""
@@ -384,7 +386,8 @@ def compile_ptx(m: Module, name: str, arch: str = "sm_90", after_pass=None) -> C
                        e.messages, o.plan, params,
                        [(out.dtype, out.shape) for out in m.outputs], o.fusions,
                        frozenset(m.variable_params), tuple(m.updates),
-                       (m.boundary_params(), m.boundary_outputs()))
+                       (m.boundary_params(), m.boundary_outputs()),
+                       tuple(lanes.block(e.llvm_module, s) for s, _, _ in e.steps))
 
 
 def compile_cluster_gpu(cluster_def: bytes, signature: list, name: str, device_arch: str,

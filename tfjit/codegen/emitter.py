@@ -25,7 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen import gather
+from tfjit.codegen import gather, lanes
 from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
@@ -59,10 +59,17 @@ def _index_key(v):
     return id(v)
 
 
-class KernelEmitter(ReductionRows, ArgReductionRows):
+class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
-                 messages: list | None = None, gpu: bool = False, reuse: dict | None = None):
+                 messages: list | None = None, gpu: bool = False, reuse: dict | None = None,
+                 warp: int = 1):
         self.module = module
+        self.warp = warp              # a warp's threads, which may share rows (codegen/lanes.py)
+        self.group = 1                # threads sharing each row of the body being emitted
+        self.rank = None              # this thread's place among them (None: not shared)
+        self.elements = None          # [(index, valid)] of a held row this thread takes
+        self.aligned = None           # an index whose accesses are wider-aligned (_alignment)
+        self.uniform = True           # all of them are here, on the same path
         self.reuse = reuse            # {symbol suffix: body}: call these, emit no body
         self.reported = False         # a body that can report an error (its text is its node's)
         self.gpu = gpu
@@ -79,25 +86,38 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
 
     # -- entry points --------------------------------------------------------------
     def emit(self) -> list:
-        """Emits the kernel's functions; returns [(symbol, rows, cost_per_row)]."""
+        """Emits the kernel's functions; returns [(symbol, rows, cost_per_row)].  On a GPU,
+        a function whose warp shares each row counts threads, ``warp`` per row, and is
+        marked for its kernel entry (codegen/lanes.py)."""
+        steps = self._emit_steps()
+        if self.warp == 1:
+            return steps
+        return [(s, rows * lanes.threads(self.module, s), cost) for s, rows, cost in steps]
+
+    def _emit_steps(self) -> list:
         f = self.f
         per_element = element_cycles(f.instrs)      # cost per row: estimated cycles
         if f.kind == "loop":
-            if f.flat and self.gpu:          # a row per element (see above)
-                return [(self._function(self.name, self._loop_row), _math.prod(f.shape),
-                         per_element)]
+            if f.flat and self.gpu:          # a row per element or few (see above)
+                per = lanes.flat_elements(f)
+                return [(self._function(self.name, self._loop_row), _math.prod(f.shape) // per,
+                         per_element * per)]
+
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * per_element
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])
         arg = f.roots[0].op is Op.ARGREDUCE       # (value, index) pairs: codegen/argreduce.py
         column = self._arg_column_row if arg else self._column_row
         combine = self._arg_combine_row if arg else self._combine_row
+        rows, block = f.rows, f.column_block
+        if f.column and self.warp > 1 and not arg and lanes.tiled(f):   # a GPU's tiles
+            column, rows, block = self._column_tile_row, lanes.tile_rows(f), lanes.TILE_COLUMNS
         if f.column and f.split == 1:
-            return [(self._function(self.name, column), f.rows, reduced * f.column_block)]
+            return [(self._function(self.name, column), rows, reduced * block)]
         if f.column:
             phase1 = self._function(self.name + ".partial", column)
             phase2 = self._function(self.name + ".combine", combine)
-            return [(phase1, f.rows, reduced // f.split * f.column_block),
+            return [(phase1, rows, reduced // f.split * block),
                     (phase2, f.roots[0].size, f.split)]
         if f.split == 1:
             return [(self._function(self.name, self._reduce_row), f.rows, reduced * per_element)]
@@ -126,6 +146,12 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         bufs, begin, end = outer.args
         args = [ob.load(ob.gep(bufs, [i64(s)], source_etype=PTR), typ=PTR) for s in slots]
         if self.gpu:      # every buffer is global memory: say so, so loads are ld.global
+            # and ALIGN-aligned (abi.ALIGN; the inner body's align attributes are lost when
+            # it is inlined into the kernel entry): LLVM's load/store vectoriser needs it
+            # to make a thread's consecutive elements one 16-byte access (lanes.flat_elements)
+            aligned = self.module.add_metadata([ir.Constant(I64, abi.ALIGN)])
+            for a in args:
+                a.set_metadata("align", aligned)
             args = [ob.addrspacecast(a, GLOBAL_PTR) for a in args]
         ob.call(inner, args + [begin, end])
         ob.ret_void()
@@ -134,6 +160,17 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
 
         self.b = b = ir.IRBuilder(inner.append_basic_block("entry"))
         self.entry_block = b.block
+        body = {self._reduce_row: "reduce", self._partial_row: "partial",
+                self._combine_row: "combine", self._loop_row: "loop",
+                self._column_tile_row: "tile"}.get(row_body)
+        self.rank, self.elements, self.uniform = None, None, True
+        self.group, held = lanes.sharing(self.f, body, FLAT_BLOCK) if self.warp > 1 and body \
+            else (1, 0)
+        if self.group > 1:
+            lanes.mark(self.module, symbol, self.group)
+            self.rank = lanes.rank(b, self.group)
+            if held:
+                self.elements = lanes.elements(b, self.rank, self.group, self.f.shape[-1], held)
         self.ptrs = dict(zip(slots, inner.args))
         self.status = self.ptrs[self.plan.status_slot]
         self.elemental = Elemental(b, self.math, self._raise_status)
@@ -156,8 +193,17 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
     def _loop_row(self, row):
         f, b = self.f, self.b
         if f.flat and self.gpu:
-            with self._scope():
-                self._store_roots((row,))
+            per = lanes.flat_elements(f)
+            first = b.mul(row, i64(per)) if per > 1 else row
+            with self._scope():        # every element's loads, then every store: one access each
+                idxs = [(b.add(first, i64(k)) if k else first,) for k in range(per)]
+                self.aligned = first       # the first element's accesses say their alignment
+                values = [[self.value(r, idx) for r in f.roots] for idx in idxs]
+                for idx, vs in zip(idxs, values):
+                    for r, v in zip(f.roots, vs):
+                        for slot in self.plan.slots[r]:
+                            self._store(slot, r, idx, v)
+                self.aligned = None
             return
         if f.flat:
             n = _math.prod(f.shape)
@@ -172,14 +218,14 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
         if len(f.shape) == f.outer:
             self._store_roots(outer)
             return
-        with for_range(b, 0, f.shape[-1], "j") as j, self._scope():
-            self._store_roots(outer + (j,))
+        self._each(0, f.shape[-1], "j", lambda j, valid: self._store_roots(outer + (j,), valid))
 
-    def _store_roots(self, idx):
-        for r in self.f.roots:
-            v = self.value(r, idx)
-            for slot in self.plan.slots[r]:
-                self._store(slot, r, idx, v)
+    def _store_roots(self, idx, valid=None):
+        values = [self.value(r, idx) for r in self.f.roots]
+        with contextlib.nullcontext() if valid is None else self.b.if_then(valid):
+            for r, v in zip(self.f.roots, values):
+                for slot in self.plan.slots[r]:
+                    self._store(slot, r, idx, v)
 
     def _hoist(self, outer):
         """Computes the hoisted reductions of this row, caching reused operands in a row buffer."""
@@ -371,13 +417,15 @@ class KernelEmitter(ReductionRows, ArgReductionRows):
     def _load(self, slot: int, i: Instr, idx):
         b = self.b
         st = storage_type(i.dtype)
-        raw = b.load(b.gep(self.ptrs[slot], [self._linear(idx, i.shape)], source_etype=st), typ=st)
+        raw = b.load(b.gep(self.ptrs[slot], [self._linear(idx, i.shape)], source_etype=st), typ=st,
+                     align=self._alignment(i, idx))
         return self._from_storage(raw, i.dtype)
 
     def _store(self, slot: int, i: Instr, idx, v):
         b = self.b
         st = storage_type(i.dtype)
-        b.store(self._to_storage(v, i.dtype), b.gep(self.ptrs[slot], [self._linear(idx, i.shape)], source_etype=st))
+        b.store(self._to_storage(v, i.dtype), b.gep(self.ptrs[slot], [self._linear(idx, i.shape)], source_etype=st),
+                align=self._alignment(i, idx))
 
     def _load_global(self, i: Instr, idx):
         st = storage_type(i.dtype)

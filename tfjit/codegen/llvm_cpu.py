@@ -23,7 +23,8 @@ import threading
 
 from llvmlite import ir
 
-from tfjit.codegen import body_sharing, control, ir_split, library, llvm_target, mathlib, own_kernels
+from tfjit.codegen import (body_sharing, control, ir_split, lanes, library, llvm_target, mathlib,
+                           own_kernels)
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.llvm_target import LOCK as _lock
 from tfjit.codegen.llvm_target import binding, new_target_machine, optimise, target_machine
@@ -206,7 +207,8 @@ def _control(module, f, plan, name, messages, target) -> list:
 def _emitter(cls):
     """A kernel emitted by an emitter class (``emitter.KernelEmitter`` and its kinds)."""
     return lambda module, f, plan, name, messages, target: \
-        cls(module, mathlib.emit, f, plan, name, messages, gpu=bool(target.gpu_arch)).emit()
+        cls(module, mathlib.emit, f, plan, name, messages, gpu=bool(target.gpu_arch),
+            warp=lanes.WARP if target.triple.startswith("nvptx") else 1).emit()
 
 
 # The one dispatch on kernel kinds: every kind fusion makes has its emitter here.

@@ -87,9 +87,9 @@ def no_vectorize(module: ir.Module) -> ir.values.MDValue:
 
 
 @contextlib.contextmanager
-def for_range(b: ir.IRBuilder, start, stop, name: str = "i", loop_md=None):
-    """``for (i = start; i < stop; ++i)``; yields the induction variable.  ``loop_md``:
-    the loop's ``llvm.loop`` metadata (e.g. ``no_unroll``)."""
+def for_range(b: ir.IRBuilder, start, stop, name: str = "i", loop_md=None, step: int = 1):
+    """``for (i = start; i < stop; i += step)``; yields the induction variable.
+    ``loop_md``: the loop's ``llvm.loop`` metadata (e.g. ``no_unroll``)."""
     start = start if isinstance(start, ir.Value) else i64(start)
     stop = stop if isinstance(stop, ir.Value) else i64(stop)
     pre = b.block
@@ -103,7 +103,7 @@ def for_range(b: ir.IRBuilder, start, stop, name: str = "i", loop_md=None):
     b.cbranch(b.icmp_signed("<", i, stop), body, done)
     b.position_at_end(body)
     yield i
-    nxt = b.add(i, i64(1), name=f"{name}.next", flags=("nsw",))
+    nxt = b.add(i, i64(step), name=f"{name}.next", flags=("nsw",))
     i.add_incoming(nxt, b.block)
     latch = b.branch(header)
     if loop_md is not None:

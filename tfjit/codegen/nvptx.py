@@ -9,7 +9,8 @@ row_end)``) and then this module adds what differs on a GPU:
   row indices, each calling the row body (inlined) for one row.  Rows are
   independent on every target (the CPU launch shards them over threads), so
   any thread may take any row, and there are no atomics: a reduction's result
-  does not depend on the launch shape (deterministic, as the CPU's);
+  does not depend on the launch shape (deterministic, as the CPU's); where a row is long, a warp shares it
+  (codegen/lanes.py) and the entry strides over warps instead;
 * **one element per row in flat loops, no row buffers, no prefetch**
   (``KernelEmitter(gpu=True)``, codegen/emitter.py);
 * **what is refused** (``refuse``, ``check_calls``), with a reason, never run
@@ -25,8 +26,9 @@ row_end)``) and then this module adds what differs on a GPU:
 
 Address spaces: buffers are generic pointers (the entry's parameters are
 global memory, which NVPTX infers); constants become ``.global`` data
-(LLVM's NVPTXGenericToNVVM).  Row reductions run a row per thread: correct and
-deterministic, not yet the warp-shuffle/shared-memory kernels a GPU wants.
+(LLVM's NVPTXGenericToNVVM).  Rows of at least a warp's length are shared by a
+warp's lanes, combined with shuffles (codegen/lanes.py); shorter ones run a row per
+thread.
 
 PTX comes from LLVM in the compile server (codegen/jit_server.py: an LLVM
 abort there is an error here) or in-process when the Compiler says so.
@@ -40,7 +42,7 @@ import tempfile
 
 from llvmlite import ir
 
-from tfjit.codegen import llvm_cpu, llvm_target
+from tfjit.codegen import lanes, llvm_cpu, llvm_target
 from tfjit.codegen.llvm_types import I64, PTR, VOID
 from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.ir.ops import COMPLEX_LIBM, SPECIAL, Op
@@ -160,9 +162,12 @@ def entry_name(module_name: str, n: int) -> str:
 
 
 def add_entries(module: ir.Module, steps: list) -> list:
-    """A grid-stride ``ptx_kernel`` entry per step; returns [(entry, rows, cost)]."""
+    """A grid-stride ``ptx_kernel`` entry per step; returns [(entry, rows, cost)].  A step
+    whose warps share rows (codegen/lanes.py) counts threads, and its entry strides
+    over warps: each warp's lanes call the row body for the same row."""
     out = []
     for n, (symbol, rows, cost) in enumerate(steps):
+        threads = lanes.threads(module, symbol)
         body = module.globals[symbol]
         body.linkage = "internal"
         body.attributes.add("alwaysinline")
@@ -174,6 +179,13 @@ def add_entries(module: ir.Module, steps: list) -> list:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         first = b.add(b.mul(_sreg(b, "ctaid.x"), _sreg(b, "ntid.x")), _sreg(b, "tid.x"))
         stride = b.mul(_sreg(b, "nctaid.x"), _sreg(b, "ntid.x"))
+        if threads > 1:     # groups of ``threads`` (whole in a block), their count, rows
+            shift = ir.Constant(I64, threads.bit_length() - 1)
+            first, stride, count = b.lshr(first, shift), b.lshr(stride, shift), b.lshr(count, shift)
+            lanes.mark(module, name, threads)
+        if threads > lanes.WARP:      # a row per block: the driver refuses another size
+            module.add_named_metadata("nvvm.annotations", [
+                fn, ir.MetaDataString(module, "reqntidx"), ir.Constant(ir.IntType(32), threads)])
         loop, done = fn.append_basic_block("rows"), fn.append_basic_block("done")
         b.cbranch(b.icmp_signed("<", first, count), loop, done)
         b.position_at_end(loop)

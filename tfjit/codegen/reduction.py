@@ -14,6 +14,7 @@ import math as _math
 import numpy as np
 
 from tfjit import dtypes as dt
+from tfjit.codegen import lanes
 from tfjit.codegen.llvm_types import const, for_range, i64, intrinsic, no_unroll, no_vectorize, value_type
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Op
@@ -84,8 +85,9 @@ class ReductionRows:
         out_idx = self._unravel(row, root.shape)
         self._hoist(out_idx)
         v = self.value(root, out_idx)
-        for slot in self.plan.slots[root]:
-            self._store(slot, root, out_idx, v)
+        with self._lane_zero():
+            for slot in self.plan.slots[root]:
+                self._store(slot, root, out_idx, v)
 
     def _column_block_bounds(self, row, out_shape):
         """A column kernel's row as (chunk, prefix, base, start, stop): which of
@@ -185,6 +187,60 @@ class ReductionRows:
             at = b.add(b.mul(b.add(base, o), i64(f.split)), chunk)
             b.store(b.load(slot(o), typ=t), b.gep(scratch, [at], source_etype=t))
 
+    def _column_tile_row(self, row):
+        """A GPU block's tile of a column reduction (``lanes.tile_rows``): thread ``rank``
+        takes output ``rank % TILE_COLUMNS`` of the tile and, of the innermost reduced dim,
+        every ``threads / TILE_COLUMNS``-th index from ``rank / TILE_COLUMNS``, the outer
+        reduced dims whole; ``lanes.tile_combine`` adds the row-lanes' results.  Outputs
+        past the last dim's end read its last column and store nothing.  A split kernel's
+        tile takes one chunk of the first reduced dim, as ``_column_row``'s rows do."""
+        f, b = self.f, self.b
+        root, kind = f.roots[0], f.roots[0].attrs["kind"]
+        t = value_type(root.dtype)
+        out_shape, operand = root.shape, root.operands[0]
+        columns = lanes.TILE_COLUMNS
+        tiles = _math.ceil(out_shape[-1] / columns)
+        chunk = b.srem(row, i64(f.split))
+        row = b.sdiv(row, i64(f.split))
+        outer = b.sdiv(row, i64(tiles))
+        prefix = self._unravel(outer, out_shape[:-1])
+        o = b.add(b.mul(b.srem(row, i64(tiles)), i64(columns)), b.and_(self.rank, i64(columns - 1)))
+        inside = b.icmp_signed("<", o, i64(out_shape[-1]))
+        column = b.select(inside, o, i64(out_shape[-1] - 1))
+        lane_rows = self.group // columns
+        first = operand.shape[f.outer]
+        per = _math.ceil(first / f.split)
+        lo = b.mul(chunk, i64(per))
+        hi = b.add(lo, i64(per))
+        hi = b.select(b.icmp_signed("<", hi, i64(first)), hi, i64(first))
+        acc = self._alloca(t, const(root.dtype, reduce_identity(kind, root.dtype)))
+        reduced = operand.rank - f.outer
+
+        def nest(k, ridx):
+            lo_k, hi_k = (lo, hi) if k == 0 else (i64(0), i64(operand.shape[f.outer + k]))
+            if k < reduced - 1:
+                with for_range(b, lo_k, hi_k, f"r{k}") as r, self._scope():
+                    nest(k + 1, ridx + (r,))
+                return
+            mine = b.add(lo_k, b.lshr(self.rank, i64(columns.bit_length() - 1)))
+            with for_range(b, mine, hi_k, f"r{k}", None, lane_rows) as r, self._scope():
+                v = self.value(operand, prefix + (column,) + ridx + (r,))
+                b.store(self._combine(kind, root.dtype, b.load(acc, typ=t), v), acc)
+
+        self.uniform = False        # each thread's own loops, until the block combines
+        nest(0, ())
+        self.uniform = True
+        total = lanes.tile_combine(b, lambda x, y: self._combine(kind, root.dtype, x, y),
+                                   b.load(acc, typ=t), self.rank, self.group)
+        first_lane = b.icmp_unsigned("<", self.rank, i64(columns))
+        with b.if_then(b.and_(inside, first_lane)):
+            if f.split == 1:
+                for s in self.plan.slots[root]:
+                    self._store(s, root, prefix + (o,), total)
+            else:
+                at = b.add(b.mul(b.add(b.mul(outer, i64(out_shape[-1])), o), i64(f.split)), chunk)
+                b.store(total, b.gep(self.ptrs[self.plan.scratch[f]], [at], source_etype=t))
+
     def _partial_row(self, row):
         f, b = self.f, self.b
         root = f.roots[0]
@@ -204,7 +260,8 @@ class ReductionRows:
             stop = b.select(b.icmp_signed("<", stop, i64(reduced[0])), stop, i64(reduced[0]))
             acc = self._reduce_loops(root, out_idx, [(start, stop)])
         ptr = self.ptrs[self.plan.scratch[f]]
-        b.store(acc, b.gep(ptr, [row], source_etype=acc.type))
+        with self._lane_zero():
+            b.store(acc, b.gep(ptr, [row], source_etype=acc.type))
 
     def _combine_row(self, row):
         f, b = self.f, self.b
@@ -213,29 +270,48 @@ class ReductionRows:
         acc = self._alloca(t, const(root.dtype, reduce_identity(root.attrs["kind"], root.dtype)))
         ptr = self.ptrs[self.plan.scratch[f]]
         base = b.mul(row, i64(f.split))
-        with for_range(b, 0, f.split, "c") as c:
+        shared = self.rank is not None
+        with self._lane_range(0, f.split, "c") as c:
             part = b.load(b.gep(ptr, [b.add(base, c)], source_etype=t), typ=t)
             b.store(self._combine(root.attrs["kind"], root.dtype, b.load(acc, typ=t), part), acc)
+        total = b.load(acc, typ=t)
+        if shared:
+            total = lanes.allreduce(b, lambda x, y: self._combine(root.attrs["kind"], root.dtype, x, y),
+                                    total, self.group, self.rank)
         out_idx = self._unravel(row, root.shape)
-        for slot in self.plan.slots[root]:
-            self._store(slot, root, out_idx, b.load(acc, typ=t))
+        with self._lane_zero():
+            for slot in self.plan.slots[root]:
+                self._store(slot, root, out_idx, total)
 
     def _reduce_loops(self, r: Instr, out_idx: tuple, ranges: list):
         """Accumulates ``r``'s operand over ``ranges`` ([(start, stop)], stop None = fixed index)."""
         b = self.b
         t = value_type(r.dtype)
         kind = r.attrs["kind"]
-        acc = self._alloca(t, const(r.dtype, reduce_identity(kind, r.dtype)))
+        identity = const(r.dtype, reduce_identity(kind, r.dtype))
+        acc = self._alloca(t, identity)
         operand = r.operands[0]
+        # threads that share the row split its innermost loop (lanes.py), then combine
+        shared = self.rank is not None and self.uniform and ranges and ranges[-1][1] is not None
+
+        def element(idx, valid):
+            v = self.value(operand, out_idx + idx)
+            if r in self.fill:
+                row = self.fill[r]
+                b.store(v, b.gep(row, [idx[-1]], source_etype=v.type))
+            if valid is not None:         # a held row's clamped element past its end
+                v = b.select(valid, v, identity)
+            b.store(self._combine(kind, r.dtype, b.load(acc, typ=t), v), acc)
 
         def nest(k, idx):
+            if shared and k == len(ranges) - 1:      # (held only outside other loops: a
+                # value kept in the row's scope must dominate the row's later passes)
+                self._each(ranges[k][0], ranges[k][1], f"r{k}",
+                           lambda i, valid: element(idx + (i,), valid), hold=k == 0)
+                return
             if k == len(ranges):
                 with self._scope():
-                    v = self.value(operand, out_idx + idx)
-                    if r in self.fill:
-                        row = self.fill[r]
-                        b.store(v, b.gep(row, [idx[-1]], source_etype=v.type))
-                    b.store(self._combine(kind, r.dtype, b.load(acc, typ=t), v), acc)
+                    element(idx, None)
                 return
             start, stop = ranges[k]
             if stop is None:
@@ -250,7 +326,11 @@ class ReductionRows:
                 nest(k + 1, idx + (i,))
 
         nest(0, ())
-        return b.load(acc, typ=t)
+        total = b.load(acc, typ=t)
+        if shared:
+            total = lanes.allreduce(b, lambda x, y: self._combine(kind, r.dtype, x, y), total,
+                                    self.group, self.rank)
+        return total
 
     def _vectorise_whole(self, r: Instr, start, stop) -> bool:
         """Should the innermost loop of this reduction stay a loop (``no_unroll``)?

@@ -39,6 +39,13 @@ from tfjit.runtime.launch import status_text
 # A launch's grid: ceil(rows / block) blocks, at most this many per multiprocessor (the
 # entries' grid-stride loops take the rest); TfjitLaunch's GPU kernel uses the same rule.
 BLOCKS_PER_SM = 32
+WARP = 32                # threads of a warp (codegen/lanes.py; this module imports no compiler)
+
+
+def whole_warps(block: int) -> int:
+    """Threads per block rounded down to whole warps (at least one): entries whose warps
+    share rows (codegen/lanes.py) need every warp whole; cuda_driver.h rounds the same."""
+    return max(WARP, block // WARP * WARP)
 
 
 class GpuError(RuntimeError):
@@ -70,6 +77,8 @@ class Program:
     output_source: list      # per output: the input it is (-1: its own buffer)
     temp_offsets: list       # per temp: offset in the arena
     arena_bytes: int
+    blocks: list = dataclasses.field(default_factory=list)   # per entry: its exact threads
+    # per block (a row per block, codegen/lanes.py), or 0: the occupancy calculator's
 
 
 def _driver():
@@ -116,7 +125,7 @@ class Device:
         drv = self.drv = _driver()
         try:
             _check("cuInit", drv.cuInit(0))
-        except GpuError as e:
+        except Exception as e:     # noqa: BLE001 - cuda-python raises its own when libcuda is absent
             raise GpuUnavailable(f"no CUDA driver or GPU: {e}") from None
         self.handle = _check("cuDeviceGet", drv.cuDeviceGet(ordinal))
         self.context = _check("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(self.handle))
@@ -144,10 +153,11 @@ class Device:
                 image = np.frombuffer(program.ptx.encode() + b"\0", np.uint8)
                 module = _check("cuModuleLoadData", self.drv.cuModuleLoadData(image.ctypes.data))
                 found = {}
-                for entry, _ in program.entries:
+                for k, (entry, _) in enumerate(program.entries):
                     fn = _check(f"cuModuleGetFunction({entry})",
                                 self.drv.cuModuleGetFunction(module, entry.encode()))
-                    found[entry] = (fn, self._block_size(fn))
+                    exact = program.blocks[k] if k < len(program.blocks) else 0
+                    found[entry] = (fn, exact or self._block_size(fn))
                 self._modules[program.ptx] = (module, found)
             return self._modules[program.ptx][1]
 
@@ -159,7 +169,7 @@ class Device:
                               self.drv.cuOccupancyMaxPotentialBlockSize(fn, None, 0, 0))
         except TypeError:          # a cuda-python that wants a real callback
             return 256
-        return int(block)
+        return whole_warps(int(block))
 
     def alloc(self, nbytes: int):
         return _check(f"cuMemAlloc({nbytes} bytes)", self.drv.cuMemAlloc(max(int(nbytes), 1)))
@@ -176,38 +186,79 @@ class Device:
 
 
 def _pointer(p) -> int:
-    return int(p) if not hasattr(p, "getPtr") else int(p.getPtr())
+    """The device address a ``CUdeviceptr`` holds (its ``getPtr()`` is the host address
+    of the handle itself, which a kernel that dereferences it faults on)."""
+    return int(p)
+
+
+class Bound:
+    """``program`` bound once to device pointers ``inputs``/``outputs`` (ints): its arena,
+    status block and buffer table are allocated here, so ``launch()`` only enqueues the
+    steps on the default stream, with no host round trip between them, and ``check()``
+    waits and raises the first error.  That is how a timed loop runs a program, and how
+    TfjitLaunch's GPU kernel does: kernels record only the first error (a compare-and-swap
+    on the status code), so one read after the last step names the step that failed.
+    A step after a failed one still runs, on whatever the failed step left (every kernel
+    checks the indices it reads itself); ``run`` and ``run_dlpack`` check after each step
+    instead, stopping where the CPU launch stops.  ``close()`` frees what it holds."""
+
+    def __init__(self, dev: Device, program: Program, inputs: list, outputs: list):
+        self.dev, self.program = dev, program
+        self.steps = []
+        self._owned: list = []
+        fns = dev.functions(program)
+        try:
+            arena = self._alloc(program.arena_bytes)
+            self.status = self._alloc(abi.STATUS_BYTES)
+            temps = [_pointer(arena) + off for off in program.temp_offsets]
+            table = np.array(inputs + outputs + temps + [_pointer(self.status), 0], np.uint64)
+            self.bufs = self._alloc(table.nbytes)
+            _check("cuMemcpyHtoD", dev.drv.cuMemcpyHtoD(self.bufs, table.ctypes.data, table.nbytes))
+            self.clear()
+        except BaseException:
+            self.close()
+            raise
+        self.steps = [(fns[entry][0], fns[entry][1], rows) for entry, rows in program.entries]
+
+    def _alloc(self, nbytes: int):
+        p = self.dev.alloc(nbytes)
+        self._owned.append(p)
+        return p
+
+    def clear(self) -> None:
+        _check("cuMemsetD8", self.dev.drv.cuMemsetD8(self.status, 0, abi.STATUS_BYTES))
+
+    def launch(self, only: int | None = None) -> None:
+        """Enqueues every step (or step ``only``); returns before they run."""
+        for k, (fn, block, rows) in enumerate(self.steps):
+            if rows > 0 and only in (None, k):
+                self.dev.launch(fn, block, rows, _pointer(self.bufs))
+
+    def check(self) -> None:
+        """Waits for the launched steps; KernelError with the first one's error text."""
+        _check("cuCtxSynchronize", self.dev.drv.cuCtxSynchronize())
+        block_status = np.zeros(abi.STATUS_BYTES, np.uint8)
+        _check("cuMemcpyDtoH", self.dev.drv.cuMemcpyDtoH(block_status.ctypes.data, self.status,
+                                                        abi.STATUS_BYTES))
+        code = int(block_status[:4].view(np.int32)[0])
+        if code:
+            details = block_status[abi.STATUS_DETAIL_OFFSET:].view(np.int64)
+            raise KernelError(status_text(code, details, self.program.messages))
+
+    def close(self) -> None:
+        while self._owned:
+            self.dev.free(self._owned.pop())
 
 
 def _execute(dev: Device, program: Program, inputs: list, outputs: list) -> None:
-    """Runs the steps on device pointers ``inputs``/``outputs`` (ints)."""
-    fns = dev.functions(program)
-    drv, owned = dev.drv, []
+    """Runs the steps on device pointers ``inputs``/``outputs`` (ints) and checks them."""
+    bound = Bound(dev, program, inputs, outputs)
     try:
-        arena = dev.alloc(program.arena_bytes)
-        status = dev.alloc(abi.STATUS_BYTES)
-        owned += [arena, status]
-        _check("cuMemsetD8", drv.cuMemsetD8(status, 0, abi.STATUS_BYTES))
-        temps = [_pointer(arena) + off for off in program.temp_offsets]
-        table = np.array(inputs + outputs + temps + [_pointer(status), 0], np.uint64)
-        bufs = dev.alloc(table.nbytes)
-        owned.append(bufs)
-        _check("cuMemcpyHtoD", drv.cuMemcpyHtoD(bufs, table.ctypes.data, table.nbytes))
-        block_status = np.zeros(abi.STATUS_BYTES, np.uint8)
-        for entry, rows in program.entries:
-            if rows > 0:
-                fn, block = fns[entry]
-                dev.launch(fn, block, rows, _pointer(bufs))
-            _check("cuCtxSynchronize", drv.cuCtxSynchronize())
-            _check("cuMemcpyDtoH", drv.cuMemcpyDtoH(block_status.ctypes.data, status,
-                                                   abi.STATUS_BYTES))
-            code = int(block_status[:4].view(np.int32)[0])
-            if code:
-                details = block_status[abi.STATUS_DETAIL_OFFSET:].view(np.int64)
-                raise KernelError(status_text(code, details, program.messages))
+        for k in range(len(bound.steps)):    # step by step, stopping where the CPU stops
+            bound.launch(only=k)
+            bound.check()
     finally:
-        for p in owned:
-            dev.free(p)
+        bound.close()
 
 
 def run(program: Program, inputs: list, device: int = 0) -> list:
@@ -219,7 +270,7 @@ def run(program: Program, inputs: list, device: int = 0) -> list:
     drv, owned = dev.drv, []
     host_in = []
     for k, (x, (dtype, shape)) in enumerate(zip(inputs, program.inputs)):
-        x = np.ascontiguousarray(x)
+        x = np.require(x, requirements="C")        # (ascontiguousarray makes a scalar [1])
         if x.dtype != np.dtype(dtype) or tuple(x.shape) != tuple(shape):
             raise ValueError(f"input {k}: expected {np.dtype(dtype)}{list(shape)}, "
                              f"got {x.dtype}{list(x.shape)}")
@@ -325,6 +376,9 @@ def run_dlpack(program: Program, inputs: list, outputs: list) -> None:
         if not _matches(v, dtype, shape) or not v.contiguous:
             raise ValueError(f"{what}: expected a contiguous {np.dtype(dtype)}{list(shape)}, "
                              f"got {v.dtype}{list(v.shape)}")
+        if v.pointer % abi.ALIGN:      # kernels make 16-byte accesses (codegen/lanes.py)
+            raise ValueError(f"{what} is not {abi.ALIGN}-byte aligned (a view into a larger "
+                             "array?); tfjit's kernels need every buffer aligned")
         if ordinal is not None and v.device[1] != ordinal:
             raise ValueError(f"{what} is on GPU {v.device[1]}, the others on {ordinal}")
         ordinal = v.device[1]

@@ -138,7 +138,9 @@ inline absl::Status LoadModule(const TfjitGpuExecutable& exe, CUcontext context,
       return absl::Status(found.code(), absl::StrCat(found.message(), " (entry ", step.entry, ")"));
     }
     m.functions.push_back(fn);
-    m.blocks.push_back(std::max(block, 1));
+    // Whole warps per block: entries whose warps share rows (codegen/lanes.py) need
+    // every warp whole (runtime/cuda.py's whole_warps, the same rule).
+    m.blocks.push_back(std::max(block / 32 * 32, 32));
   }
   *out = &cache.map.emplace(std::make_pair(&exe, context), std::move(m)).first->second;
   return absl::OkStatus();

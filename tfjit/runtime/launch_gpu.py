@@ -10,7 +10,8 @@ The interface, kept small:
   ``cuda.Program``: PTX, its entries and rows, messages, output shapes, temps) into
   a C ``TfjitGpuExecutable`` (gpu_abi.h): the CPU's ``TfjitExecutable`` with no
   steps, plus the PTX and a launch table ``(entry, rows, block, max_blocks_per_sm)``.
-  ``block`` 0 lets the kernel ask the driver's occupancy calculator per entry, and
+  ``block`` 0 lets the kernel ask the driver's occupancy calculator per entry (an entry
+  whose rows are a block's, ``program.blocks``, gets exactly its size), and
   ``max_blocks_per_sm`` caps the grid: ``cuda.py``'s rule, so the same program runs
   with the same launch sizes in both.
 * ``set_gpu_compile_callback(fn)`` registers ``fn(cluster, cluster_def, signature, *,
@@ -95,9 +96,10 @@ def make_gpu_executable(program: cuda.Program, *, input_dtypes: Sequence[int],
                          f"program's arena of {program.arena_bytes}")
     image = program.ptx.encode()
     entries = [name.encode() for name, _ in program.entries]
+    exact = list(program.blocks) + [0] * (len(entries) - len(program.blocks))
     steps = (abi.TfjitGpuStep * max(len(entries), 1))(*[
-        abi.TfjitGpuStep(name, int(rows), block, cuda.BLOCKS_PER_SM)
-        for name, (_, rows) in zip(entries, program.entries)])
+        abi.TfjitGpuStep(name, int(rows), need or block, cuda.BLOCKS_PER_SM)
+        for name, (_, rows), need in zip(entries, program.entries, exact)])
     struct = abi.TfjitGpuExecutable(host._struct, image, len(image), arch_number(program.arch),
                                     len(entries), steps)
     return GpuExecutable(struct, host, (image, entries, steps), program)

@@ -340,7 +340,16 @@ class TfjitLaunchGpuOp : public AsyncOpKernel {
     char* host = static_cast<char*>(Data(launch->host));
     std::memset(host, 0, table_at);                          // the status starts at 0
     uint64_t* bufs = reinterpret_cast<uint64_t*>(host + table_at);
-    for (int i = 0; i < n_in; ++i) bufs[i] = reinterpret_cast<uint64_t>(Data(vars.value(ctx, i)));
+    for (int i = 0; i < n_in; ++i) {
+      bufs[i] = reinterpret_cast<uint64_t>(Data(vars.value(ctx, i)));
+      // kernels take a thread's elements in aligned 16-byte accesses (codegen/lanes.py),
+      // which fault on a tensor that starts inside another's buffer
+      if (bufs[i] % kTfjitAlign != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tfjit cluster ", cluster_, ": input ", i, " is not ", kTfjitAlign,
+            "-byte aligned on the GPU (a view into another tensor's buffer)"));
+      }
+    }
     launch->updates.resize(exe.num_updates);
     launch->in_place.assign(exe.num_updates, false);
     absl::InlinedVector<void*, 8> outputs(n_out, nullptr);
