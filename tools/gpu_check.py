@@ -7,6 +7,7 @@ Two halves, because the GPU machine has no TensorFlow (and may have another LLVM
     # PTX here and packed with its IR into one file to carry
     TFJIT_COLLECT_MODULES=gpu_modules python -m pytest -q tests/test_ops.py \\
         tests/test_ops_math.py tests/test_diag_ops.py tests/test_random_graphs.py
+    python tools/gpu_row_modules.py gpu_modules     # long rows, which GPU threads share
     python tools/gpu_check.py prepare gpu_modules --carry gpu_carry
 
     # on the GPU machine (cuda-python, CuPy; JAX and torch for the peers; no LLVM needed)
@@ -75,6 +76,13 @@ def _workloads():
             ("rowsum64", lambda x: tf.reduce_sum(x, axis=-1), [tf.TensorSpec(NARROW)])]
 
 
+def _checks():
+    """(name, fn, specs) of the modules the error checks run (prepare only)."""
+    import tensorflow as tf
+    return [("gather", lambda x, i: tf.gather(x, i) * 2.0,
+             [tf.TensorSpec([1000]), tf.TensorSpec([8], tf.int32)])]
+
+
 def _compile(item):
     """(name, IR text, cuda.Program or None, why refused) for one module."""
     name, text, arch = item
@@ -94,8 +102,10 @@ def prepare(directory: str, carry: str, arch: str, processes: int) -> None:
     import tfjit
     items = [(n[:-4], open(os.path.join(directory, n)).read(), arch)
              for n in sorted(os.listdir(directory)) if n.endswith(".txt")]
-    timed = [("timed_" + name, tfjit.function(fn, jit_compile=True)
-              .experimental_get_compiler_ir(*specs)(), arch) for name, fn, specs in _workloads()]
+    timed = [(prefix + name, tfjit.function(fn, jit_compile=True)
+              .experimental_get_compiler_ir(*specs)(), arch)
+             for prefix, table in (("timed_", _workloads()), ("check_", _checks()))
+             for name, fn, specs in table]
     start = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         done = pool.map(_compile, items + timed, chunksize=8)
@@ -180,6 +190,53 @@ def compare_modules(modules: list, seconds: float) -> dict:
                 bad.append(f"{name} output {n} ({o.dtype.name}{list(o.shape)}): {worst}")
         result["mismatches"] += bad
         result["matched"] += not bad
+    return result
+
+
+def check_errors(checks: dict, modules: list, out: str) -> dict:
+    """What a user meets on the GPU when something is wrong, and the CLI: a typed
+    out-of-memory error, a kernel's error text (and a good run after it), a refused
+    unaligned DLPack view, and ``tfjit-run-module --platform=cuda`` on a few modules."""
+    import dataclasses
+    import subprocess
+    import cupy as cp
+    import numpy as np
+    from tfjit.runtime import cuda
+    result = {}
+    gather = checks["gather"]
+    x, idx = np.arange(1000, dtype=np.float32), np.array([3, 999, 0, 5, 7, 1, 2, 4], np.int32)
+
+    def attempt(what, fn, expect):
+        try:
+            fn()
+            result[what] = "no error raised"
+        except expect as e:
+            result[what] = f"ok: {type(e).__name__}: {str(e)[:160]}"
+        except Exception as e:      # noqa: BLE001 - reported
+            result[what] = f"wrong error: {type(e).__name__}: {str(e)[:160]}"
+    attempt("out_of_memory", lambda: cuda.run(dataclasses.replace(gather, arena_bytes=1 << 50),
+                                              [x, idx]), cuda.GpuOutOfMemory)
+    bad = idx.copy()
+    bad[1] = 1000
+    attempt("kernel_error", lambda: cuda.run(gather, [x, bad]), cuda.KernelError)
+    got = cuda.run(gather, [x, idx])[0]
+    result["good_run_after_errors"] = bool(np.array_equal(got, x[idx] * 2.0))
+    view = cp.arange(1001, dtype=cp.float32)[1:]
+    attempt("unaligned_view", lambda: cuda.run_dlpack(gather, [view, cp.asarray(idx)],
+                                                      [cp.empty(8, cp.float32)]), ValueError)
+    texts = {name: text for name, text, program, _ in modules if program is not None}
+    for name in ("x_softmax_8192_float32", "x_col_sum_8x14x14x96_float32", "x_split_sum_2d",
+                 "x_short_softmax_17"):
+        if name not in texts:
+            continue
+        path = os.path.join(out, "cli_module.txt")
+        with open(path, "w") as f:
+            f.write(texts[name])
+        done = subprocess.run([sys.executable, "-m", "tfjit.api.run_module", "--platform=cuda",
+                               "--iterations=3", path], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(
+                                  os.path.abspath(__file__)))))
+        result["cli_" + name] = f"rc={done.returncode}: " + (done.stdout + done.stderr).strip()[-240:]
     return result
 
 
@@ -312,8 +369,9 @@ def run(carry: str, out: str, seconds: float, skip_timing: bool) -> int:
         pack = pickle.load(f)
     report = {"arch": pack["arch"], "environment": _environment()}
     print(json.dumps(report), flush=True)
-    modules = [m for m in pack["modules"] if not m[0].startswith("timed_")]
+    modules = [m for m in pack["modules"] if not m[0].startswith(("timed_", "check_"))]
     timed = {m[0][len("timed_"):]: m[2] for m in pack["modules"] if m[0].startswith("timed_")}
+    checks = {m[0][len("check_"):]: m[2] for m in pack["modules"] if m[0].startswith("check_")}
     start = time.perf_counter()
     c = report["compare"] = compare_modules(modules, seconds)
     c["seconds"] = round(time.perf_counter() - start, 1)
@@ -323,6 +381,10 @@ def run(carry: str, out: str, seconds: float, skip_timing: bool) -> int:
           f"{c['unchecked']} not reached, in {c['seconds']:.0f} s", flush=True)
     for line in (c["mismatches"] + c["errors"])[:25]:
         print("  " + line)
+    if checks:
+        report["errors"] = check_errors(checks, modules, out)
+        _save(report, out)
+        print(json.dumps(report["errors"], indent=1), flush=True)
     if not skip_timing:
         report["timing"] = time_workloads(timed)
         _save(report, out)
