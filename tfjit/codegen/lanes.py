@@ -58,7 +58,8 @@ I32 = ir.IntType(32)
 
 def sharing(f, body: str, flat_block: int) -> tuple:
     """(threads per row, elements each holds) for rows of ``body`` ("reduce", "partial",
-    "combine", "loop") of fusion ``f``: (1, 0) where a row stays a thread's.
+    "combine", "loop", "tile": a column reduction's, ``tile_rows``) of fusion ``f``:
+    (1, 0) where a row stays a thread's.
 
     A row shares its warp where the loop its lanes would split is at least a warp
     long.  A row of at most ``HELD_MAX * GROUP_MAX`` elements along one dim (a softmax
@@ -81,7 +82,7 @@ def sharing(f, body: str, flat_block: int) -> tuple:
         # warp took 88 us to add the seed's 65536 (a tenth of the whole sum's time)
         if f.split < WARP:
             return 1, 0
-        return min(GROUP_MAX, max(WARP, 1 << (math.ceil(f.split / HELD_MAX) - 1).bit_length())), 0
+        return min(GROUP_MAX, max(WARP, _power_of_two(math.ceil(f.split / HELD_MAX)))), 0
     if body == "partial":
         inner = reduced[-1] if len(reduced) > 1 else min(flat_block, reduced[0])
         return (WARP, 0) if inner >= WARP else (1, 0)
@@ -96,8 +97,13 @@ def _row(n: int, may_hold: bool) -> tuple:
     # a held row's group: at least GROUP_MIN threads, so each of a warp's loads reads
     # whole 32-byte sectors of a row (f32); rows of [2^21, 64] summed by whole warps,
     # 2 elements a thread, ran at 75% of the copy bandwidth and 0.86x JAX (2026-12-04)
-    threads = max(GROUP_MIN, 1 << (math.ceil(n / HELD_MAX) - 1).bit_length())
+    threads = max(GROUP_MIN, _power_of_two(math.ceil(n / HELD_MAX)))
     return threads, math.ceil(n / threads)
+
+
+def _power_of_two(n: int) -> int:
+    """The least power of two at least ``n``."""
+    return 1 << (n - 1).bit_length()
 
 
 def tiled(f) -> bool:
