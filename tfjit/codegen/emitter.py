@@ -87,8 +87,8 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
     # -- entry points --------------------------------------------------------------
     def emit(self) -> list:
         """Emits the kernel's functions; returns [(symbol, rows, cost_per_row)].  On a GPU,
-        a function whose warp shares each row counts threads, ``warp`` per row, and is
-        marked for its kernel entry (codegen/lanes.py)."""
+        a function whose rows threads share counts threads (``lanes.threads`` per row,
+        recorded for its kernel entry by ``lanes.mark``)."""
         steps = self._emit_steps()
         if self.warp == 1:
             return steps
@@ -164,7 +164,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
                 self._combine_row: "combine", self._loop_row: "loop",
                 self._column_tile_row: "tile"}.get(row_body)
         self.rank, self.elements, self.uniform = None, None, True
-        self.group, held = lanes.sharing(self.f, body, FLAT_BLOCK) if self.warp > 1 and body \
+        self.group, held = lanes.sharing(self.f, body) if self.warp > 1 and body \
             else (1, 0)
         if self.group > 1:
             lanes.mark(self.module, symbol, self.group)
@@ -200,9 +200,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
                 self.aligned = first       # the first element's accesses say their alignment
                 values = [[self.value(r, idx) for r in f.roots] for idx in idxs]
                 for idx, vs in zip(idxs, values):
-                    for r, v in zip(f.roots, vs):
-                        for slot in self.plan.slots[r]:
-                            self._store(slot, r, idx, v)
+                    self._store_values(idx, vs)
                 self.aligned = None
             return
         if f.flat:
@@ -223,9 +221,13 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
     def _store_roots(self, idx, valid=None):
         values = [self.value(r, idx) for r in self.f.roots]
         with contextlib.nullcontext() if valid is None else self.b.if_then(valid):
-            for r, v in zip(self.f.roots, values):
-                for slot in self.plan.slots[r]:
-                    self._store(slot, r, idx, v)
+            self._store_values(idx, values)
+
+    def _store_values(self, idx, values):
+        """Stores each root's value at ``idx`` to every buffer it goes to."""
+        for r, v in zip(self.f.roots, values):
+            for slot in self.plan.slots[r]:
+                self._store(slot, r, idx, v)
 
     def _hoist(self, outer):
         """Computes the hoisted reductions of this row, caching reused operands in a row buffer."""

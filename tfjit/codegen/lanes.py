@@ -44,6 +44,7 @@ from llvmlite import ir
 
 from tfjit.codegen.llvm_types import F32, I64, for_range, i64
 from tfjit.ir.ops import Op
+from tfjit.passes.fusion import FLAT_BLOCK
 from tfjit.runtime import abi
 
 WARP = 32
@@ -56,7 +57,7 @@ _FULL = ir.Constant(ir.IntType(32), 0xFFFFFFFF)
 I32 = ir.IntType(32)
 
 
-def sharing(f, body: str, flat_block: int) -> tuple:
+def sharing(f, body: str) -> tuple:
     """(threads per row, elements each holds) for rows of ``body`` ("reduce", "partial",
     "combine", "loop", "tile": a column reduction's, ``tile_rows``) of fusion ``f``:
     (1, 0) where a row stays a thread's.
@@ -84,7 +85,7 @@ def sharing(f, body: str, flat_block: int) -> tuple:
             return 1, 0
         return min(GROUP_MAX, max(WARP, _power_of_two(math.ceil(f.split / HELD_MAX)))), 0
     if body == "partial":
-        inner = reduced[-1] if len(reduced) > 1 else min(flat_block, reduced[0])
+        inner = reduced[-1] if len(reduced) > 1 else min(FLAT_BLOCK, reduced[0])
         return (WARP, 0) if inner >= WARP else (1, 0)
     return _row(reduced[-1], len(reduced) == 1)
 
@@ -209,38 +210,39 @@ def _warp_allreduce(b: ir.IRBuilder, combine, v, width: int = WARP):
 def allreduce(b: ir.IRBuilder, combine, v, threads: int = WARP, me=None):
     """``combine`` of ``v`` over the ``threads`` sharing a row, in every one of them: the
     warp's butterfly, then, for a block, each warp's result through shared memory,
-    combined in warp order by every thread (two barriers: the block's threads all
-    come here, since its row and its path are the same for all)."""
+    combined in warp order by every thread (the block's threads all come here, since
+    its row and its path are the same for all)."""
     v = _warp_allreduce(b, combine, v, min(threads, WARP))
     if threads <= WARP:
         return v
-    slots = _shared(b)
-    st = ir.IntType(8) if v.type == ir.IntType(1) else v.type
-    with b.if_then(b.icmp_unsigned("==", lane_id(b), ir.Constant(I64, 0))):
-        b.store(b.zext(v, st) if st != v.type else v,
-                b.gep(slots, [b.lshr(me, ir.Constant(I64, 5))], source_etype=st))
-    _barrier(b)
-    total = None
-    for w in range(threads // WARP):
-        part = b.load(b.gep(slots, [ir.Constant(I64, w)], source_etype=st), typ=st)
-        part = b.trunc(part, v.type) if st != v.type else part
-        total = part if total is None else combine(total, part)
-    _barrier(b)          # every thread has read the slots before the next reduction writes
-    return total
+    first_lane = b.icmp_unsigned("==", lane_id(b), ir.Constant(I64, 0))
+    return _exchange(b, combine, v, _shared(b), b.lshr(me, ir.Constant(I64, 5)),
+                     lambda: [ir.Constant(I64, w) for w in range(threads // WARP)], first_lane)
 
 
 def tile_combine(b: ir.IRBuilder, combine, v, me, threads: int):
     """Each column's total over a tile's row-lanes (``tile_rows``), in every thread of the
     column: the block's partial results through shared memory, combined in row-lane
-    order (deterministic); two barriers, as ``allreduce``."""
-    slots = _shared(b, "tfjit.tiles.shared", GROUP_MAX)
-    st = ir.IntType(8) if v.type == ir.IntType(1) else v.type
-    b.store(b.zext(v, st) if st != v.type else v, b.gep(slots, [me], source_etype=st))
+    order (deterministic)."""
+    def reads():
+        column = b.and_(me, ir.Constant(I64, TILE_COLUMNS - 1))
+        for k in range(threads // TILE_COLUMNS):
+            yield b.add(column, ir.Constant(I64, k * TILE_COLUMNS))
+    return _exchange(b, combine, v, _shared(b, "tfjit.tiles.shared", GROUP_MAX), me, reads)
+
+
+def _exchange(b: ir.IRBuilder, combine, v, slots, write_at, read_ats, writer=None):
+    """Writes ``v`` to shared slot ``write_at`` (where ``writer`` holds, if given), waits
+    for the block, and returns ``combine`` of the slots ``read_ats()`` yields (emitted
+    after the barrier, one by one) in that order; a second barrier keeps the next exchange from writing
+    before every thread has read."""
+    st = ir.IntType(8) if v.type == ir.IntType(1) else v.type       # (no i1 in memory)
+    with contextlib.nullcontext() if writer is None else b.if_then(writer):
+        b.store(b.zext(v, st) if st != v.type else v,
+                b.gep(slots, [write_at], source_etype=st))
     _barrier(b)
-    column = b.and_(me, ir.Constant(I64, TILE_COLUMNS - 1))
     total = None
-    for k in range(threads // TILE_COLUMNS):
-        at = b.add(column, ir.Constant(I64, k * TILE_COLUMNS))
+    for at in read_ats():
         part = b.load(b.gep(slots, [at], source_etype=st), typ=st)
         part = b.trunc(part, v.type) if st != v.type else part
         total = part if total is None else combine(total, part)

@@ -9,8 +9,8 @@ row_end)``) and then this module adds what differs on a GPU:
   row indices, each calling the row body (inlined) for one row.  Rows are
   independent on every target (the CPU launch shards them over threads), so
   any thread may take any row, and there are no atomics: a reduction's result
-  does not depend on the launch shape (deterministic, as the CPU's); where a row is long, a warp shares it
-  (codegen/lanes.py) and the entry strides over warps instead;
+  does not depend on the launch shape (deterministic, as the CPU's).  Where
+  threads share a row (codegen/lanes.py) the entry strides over their groups;
 * **one element per row in flat loops, no row buffers, no prefetch**
   (``KernelEmitter(gpu=True)``, codegen/emitter.py);
 * **what is refused** (``refuse``, ``check_calls``), with a reason, never run
@@ -26,9 +26,9 @@ row_end)``) and then this module adds what differs on a GPU:
 
 Address spaces: buffers are generic pointers (the entry's parameters are
 global memory, which NVPTX infers); constants become ``.global`` data
-(LLVM's NVPTXGenericToNVVM).  Rows of at least a warp's length are shared by a
-warp's lanes, combined with shuffles (codegen/lanes.py); shorter ones run a row per
-thread.
+(LLVM's NVPTXGenericToNVVM).  Rows of 8 elements or more are shared by part of a
+warp, a warp or a block, combined with shuffles and shared memory (codegen/lanes.py);
+shorter ones run a row per thread.
 
 PTX comes from LLVM in the compile server (codegen/jit_server.py: an LLVM
 abort there is an error here) or in-process when the Compiler says so.

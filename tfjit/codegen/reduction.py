@@ -106,6 +106,15 @@ class ReductionRows:
         stop = b.select(b.icmp_signed("<", stop, i64(out_shape[-1])), stop, i64(out_shape[-1]))
         return chunk, prefix, base, start, stop
 
+    def _chunk_bounds(self, chunk, first: int):
+        """[lo, hi) of a split column kernel's chunk ``chunk`` of its first reduced dim,
+        ``first`` long."""
+        b = self.b
+        per = _math.ceil(first / self.f.split)
+        lo = b.mul(chunk, i64(per))
+        hi = b.add(lo, i64(per))
+        return lo, b.select(b.icmp_signed("<", hi, i64(first)), hi, i64(first))
+
     def _column_row(self, row):
         """A block of outputs along the last output dim, accumulated in a stack buffer.
 
@@ -130,11 +139,7 @@ class ReductionRows:
             b.store(const(root.dtype, reduce_identity(kind, root.dtype)), slot(o))
         operand = root.operands[0]
 
-        first = operand.shape[f.outer]
-        per = _math.ceil(first / f.split)       # first reduced dim: this row's chunk
-        lo = b.mul(chunk, i64(per))
-        hi = b.add(lo, i64(per))
-        hi = b.select(b.icmp_signed("<", hi, i64(first)), hi, i64(first))
+        lo, hi = self._chunk_bounds(chunk, operand.shape[f.outer])   # first reduced dim
 
         # The outputs' loop is innermost and must stay a loop: with few outputs (32
         # channels) LLVM unrolled it fully and vectorised the reduced dim instead, with
@@ -208,11 +213,7 @@ class ReductionRows:
         inside = b.icmp_signed("<", o, i64(out_shape[-1]))
         column = b.select(inside, o, i64(out_shape[-1] - 1))
         lane_rows = self.group // columns
-        first = operand.shape[f.outer]
-        per = _math.ceil(first / f.split)
-        lo = b.mul(chunk, i64(per))
-        hi = b.add(lo, i64(per))
-        hi = b.select(b.icmp_signed("<", hi, i64(first)), hi, i64(first))
+        lo, hi = self._chunk_bounds(chunk, operand.shape[f.outer])
         acc = self._alloca(t, const(root.dtype, reduce_identity(kind, root.dtype)))
         reduced = operand.rank - f.outer
 
