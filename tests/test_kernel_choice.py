@@ -2,8 +2,8 @@
 ``tf_kernel``), and that each choice computes what TF's executor computes.
 
 On CPUs where TF turns oneDNN on by itself, a call with few output positions (small
-batch x spatial size: InceptionV3's late 1x1 convolutions at batch 4) is timed at its
-first run instead of taking oneDNN's kernel untimed, because oneDNN's per-call filter
+batch x spatial size: InceptionV3's late 1x1 convolutions at batch 4) is timed over its
+first calls instead of taking oneDNN's kernel untimed, because oneDNN's per-call filter
 reorder can cost more than the convolution; a call with at least
 ``ONEDNN_SURE_POSITIONS`` positions keeps oneDNN's.  The tests run with oneDNN off
 (conftest.py), so the oneDNN machine is stood in for by ``settings.onednn_enabled``;
@@ -19,6 +19,7 @@ import tfjit
 from oracle import assert_matches
 from tfjit import settings
 from tfjit.codegen import library
+from tfjit.runtime import launch
 
 SURE = library.ONEDNN_SURE_POSITIONS
 
@@ -89,9 +90,42 @@ def test_onednn_cpu_times_small_calls_and_matches_tensorflow(fn, shapes, kernels
     for op, kernel in kernels.items():
         assert notes[op].startswith(f"runs TF's {kernel} "), (op, notes[op])
     want = tf.nest.flatten(tf.function(fn)(*xs))
-    for k, (g, w) in enumerate(zip(tf.nest.flatten(jit(*xs)), want)):
-        scale = max(1.0, float(np.max(np.abs(w.numpy()))))     # sums of many products
-        assert_matches(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5 * scale, what=f"output {k}")
+    for call in range(MEASURING_CALLS):      # the measured calls' kernels change in these
+        for k, (g, w) in enumerate(zip(tf.nest.flatten(jit(*xs)), want)):
+            scale = max(1.0, float(np.max(np.abs(w.numpy()))))     # sums of many products
+            assert_matches(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5 * scale,
+                           what=f"call {call}, output {k}")
+
+
+# Calls until a measured choice is made, at most: an untimed warm-up run of each
+# kernel, then three timed runs of each (kernel_choice.cc's kRounds).
+MEASURING_CALLS = 8
+
+
+def _choice(rows: int):
+    return [v for k, v in launch.kernel_choices().items() if k.startswith("MatMul/") and f"[{rows},37]" in k]
+
+
+def test_the_measuring_is_spread_over_the_first_calls(monkeypatch):
+    """Each call runs the op once, one kernel a call, so the choice is made only after
+    both kernels have run and been timed; every call's result is TF's."""
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
+    rng = np.random.default_rng(5)
+    rows = 23                                   # a shape no other test uses
+    x, w = (tf.constant(rng.standard_normal(s, dtype=np.float32)) for s in ((rows, 37), (37, 11)))
+    jit = tfjit.function(tf.matmul, jit_compile=True)
+    want = tf.matmul(x, w).numpy()
+    calls = 0
+    for calls in range(1, MEASURING_CALLS + 1):
+        assert_matches(jit(x, w).numpy(), want, rtol=1e-5, atol=1e-5, what=f"call {calls}")
+        if calls <= 3:      # two untimed warm-ups and one timed run: nothing to compare yet
+            assert _choice(rows) == [], (calls, _choice(rows))
+        if _choice(rows):
+            break
+    ((kernel, default_us, onednn_us),) = _choice(rows)
+    assert calls >= 4 and default_us > 0 and onednn_us > 0, (calls, default_us, onednn_us)
+    assert kernel == ("oneDNN" if onednn_us < default_us else "default")
+    assert_matches(jit(x, w).numpy(), want, rtol=1e-5, atol=1e-5, what="after the choice")
 
 
 def test_without_onednn_every_f32_call_is_measured_and_the_reason_says_why(monkeypatch):
@@ -102,7 +136,7 @@ def test_without_onednn_every_f32_call_is_measured_and_the_reason_says_why(monke
     fusions = tfjit.function(_conv(1, "SAME")).compiled(x, tf.ones([3, 3, 3, 5])).fusions
     (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]
     assert note == ("runs TF's measured Conv2D kernel: the faster of TF's default and oneDNN "
-                    "kernels, timed at its first run")
+                    "kernels, timed over its first calls")
     monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
     fusions = tfjit.function(_conv(1, "SAME")).compiled(x[:1, :4], tf.ones([3, 3, 3, 5])).fusions
     (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]

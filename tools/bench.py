@@ -40,7 +40,13 @@ import tensorflow as tf  # noqa: E402
 import tfjit  # noqa: E402
 
 
-def median_ms(fn, runs: int, warmup: int = 3) -> float:
+# Untimed calls before timing: tfjit measures which of TF's kernels a library call runs
+# over its first calls (up to 8: runtime/kernel_choice.cc), so until then a call may
+# run the slower one.
+WARMUP = 8
+
+
+def median_ms(fn, runs: int, warmup: int = WARMUP) -> float:
     return float(np.median(time_ms({"fn": Variant(fn)}, runs, warmup)["fn"]))
 
 
@@ -64,7 +70,7 @@ class Variant:
                 self.exit()
 
 
-def time_ms(variants: dict, runs: int, warmup: int = 3) -> dict:
+def time_ms(variants: dict, runs: int, warmup: int = WARMUP) -> dict:
     """{name: array of ms}: ``warmup`` untimed rounds, then ``runs`` rounds of one call
     of every variant in turn."""
     for _ in range(warmup):

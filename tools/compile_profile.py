@@ -16,15 +16,16 @@ The tfjit process records its phases with ``pipeline.profiling()``:
     LLVM text      the LLVM module printed for the compile server
     LLVM           the compile server: parse, O3, code generation (a round trip)
     load           link the object (ld) and dlopen it
-    first run      the first execution of the launch op, kernel-choice timing of
-                   every dot/convolution included (kernel_choice.cc's MeasuredFamily)
+    first run      the first execution of the launch op (each measured dot or
+                   convolution runs once: kernel_choice.cc's MeasuredFamily times
+                   its two kernels over the first calls)
     other          the rest of the first call (Keras's own tracing of its outer
                    step; the launch op's first run for Keras steps, which compile
                    lazily inside it)
 
 Medians per phase over the processes (the machine is shared: noisy); the
 "steady" columns are medians of 5 later steps in the same process, run once tfjit's
-optimised code has replaced its quick first tier (codegen/tiering.py); "optimised
+optimised code has replaced its quick first tier and its kernel choices are made (codegen/tiering.py); "optimised
 after" is how long after the first call that took, the process idle meanwhile.
 """
 from __future__ import annotations
@@ -108,6 +109,9 @@ def child(name: str, mode: str) -> dict:
         t = time.perf_counter()
         tiering.wait_all()
         optimised_after = time.perf_counter() - t
+    from tools.bench import WARMUP
+    for _ in range(WARMUP - 1):     # past tfjit's kernel-choice measuring
+        step()
     steady = []
     for _ in range(5):
         t = time.perf_counter()

@@ -61,6 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 import tfjit  # noqa: E402
+from tools.bench import WARMUP  # noqa: E402
 
 MODES = ("graph", "xla", "tfjit")
 
@@ -272,7 +273,7 @@ def time_modes(name: str, runs: int, modes=MODES) -> dict:
             t = time.perf_counter()
             _block(f(*args))
             out[mode + " first"] = (time.perf_counter() - t) * 1e3
-            for _ in range(2):
+            for _ in range(WARMUP - 1):
                 _block(f(*args))
             steps[mode] = (f, args)
         except Exception as e:          # a benchmark reports, it does not stop

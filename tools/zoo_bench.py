@@ -40,7 +40,7 @@ sys.path.insert(0, ROOT)
 import tensorflow as tf  # noqa: E402
 
 import tfjit  # noqa: E402
-from tools.bench import Variant, _block, time_ms  # noqa: E402
+from tools.bench import WARMUP, Variant, _block, time_ms  # noqa: E402
 
 MODES = ("graph", "xla", "tfjit")
 KINDS = ("predict", "train")
@@ -126,7 +126,7 @@ def make_copies(name: str, size: int, batch: int, kinds=KINDS) -> tuple:
     return models, x, y, first
 
 
-def time_model(name: str, size: int, batch: int, runs: int, warmup: int = 2,
+def time_model(name: str, size: int, batch: int, runs: int, warmup: int = WARMUP,
                kinds=KINDS) -> dict:
     """Medians (ms) of predict_on_batch and train_on_batch per mode, first calls, diffs."""
     models, x, y, out = make_copies(name, size, batch, kinds)

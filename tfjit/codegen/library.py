@@ -185,7 +185,7 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     value is no constant it could cache), work that grows with the filter alone,
     while the convolution's grows with the filter times the output positions
     (batch x output rows x columns; rows for a dot): with few positions the reorder
-    dominates.  So a call that either kernel can run is timed where it runs (runtime/
+    dominates.  So a call that either kernel can run is timed where it runs, over its first calls (runtime/
     kernel_choice.cc: MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes),
     except where TF itself runs oneDNN's kernels (it turns them on for such CPUs) and
     the call has at least ONEDNN_SURE_POSITIONS output positions: there oneDNN's won
@@ -203,10 +203,10 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
         return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), and the "
                         f"call has >= {ONEDNN_SURE_POSITIONS} output positions")
     if onednn:
-        return MEASURED, (f"the faster of TF's default and oneDNN kernels, timed at its first "
-                          f"run: under {ONEDNN_SURE_POSITIONS} output positions oneDNN's "
+        return MEASURED, (f"the faster of TF's default and oneDNN kernels, timed over its "
+                          f"first calls: under {ONEDNN_SURE_POSITIONS} output positions oneDNN's "
                           "per-call filter reorder can cost more than the convolution")
-    return MEASURED, "the faster of TF's default and oneDNN kernels, timed at its first run"
+    return MEASURED, "the faster of TF's default and oneDNN kernels, timed over its first calls"
 
 
 def output_positions(i) -> int:

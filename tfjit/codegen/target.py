@@ -14,7 +14,7 @@ IR, and everything it needs to know about where the code will run is here:
   ``tfjit_rt_`` (TF's kernels) for the JIT, the AOT runtime's ``tfjit_aot_rt_``
   (linalg.cc's Eigen code in a static library, runtime/aot_runtime.cc) for AOT;
 * ``onednn``: TF runs oneDNN's kernels on this CPU, so library calls take them
-  (otherwise each call times both at its first run; ``codegen/library.py``);
+  (otherwise each call times both over its first calls; ``codegen/library.py``);
 * ``gpu_arch``: code for an NVIDIA GPU of this compute capability ("sm_90"), made
   by codegen/nvptx.py: kernel entries over the same kernels, PTX, no library;
 * ``compiler``: for the JIT, where LLVM runs (``Compiler``: the compile server or

@@ -1,5 +1,5 @@
 // tfjit's runtime library: which of TF's two CPU kernels (default or oneDNN) a
-// kMeasured library call runs, chosen by timing both at the first run of each
+// kMeasured library call runs, chosen by timing both over the first calls of each
 // (op, attributes, shapes), as TF autotunes cuDNN's algorithms; and the listing
 // of the choices made so far (launch.kernel_choices() in Python reads it).
 // tf_kernels.cc runs the calls; this file only decides between its kernels.
@@ -28,10 +28,21 @@ struct Choice {
   double micros[2];
 };
 
+// A choice still being measured: each family's runs so far (its first, which pays
+// for oneDNN's primitive creation and cold caches, is not timed) and best time.
+struct Trial {
+  int runs[2] = {0, 0};
+  double micros[2] = {1e300, 1e300};
+};
+
 absl::Mutex choices_mu(absl::kConstInit);
 absl::flat_hash_map<std::string, Choice>& Choices() {
   static auto* choices = new absl::flat_hash_map<std::string, Choice>;
   return *choices;
+}
+absl::flat_hash_map<std::string, Trial>& Trials() {
+  static auto* trials = new absl::flat_hash_map<std::string, Trial>;
+  return *trials;
 }
 
 // What a measured choice depends on: the op, its attributes and every input's shape.
@@ -47,62 +58,66 @@ std::string ChoiceKey(const KernelSpec& spec, absl::Span<Tensor> inputs) {
   return key;
 }
 
-// The family of a kMeasured call. Which of TF's two kernels is faster depends on
-// the CPU (oneDNN's convolutions won every shape measured on AVX-512 machines,
-// Eigen's won half of them on AVX2 ones), so it is measured where the code runs,
-// as TF autotunes cuDNN's algorithms: the first run of a (op, attributes, shapes)
-// times each kernel up to `kRounds` times, alternating, after one untimed run each,
-// and keeps the faster by its best time. A round where one kernel is more than
-// `kClear` times faster than the other ends the timing early: noise on a busy
-// machine is well under that, and each round costs two runs of the op in the first
-// call (an MLP train step's first run spent ~2x a step measuring). oneDNN's kernel
-// runs last in each round (the order the choices were validated with), so where it
-// wins `out` already holds its result: `*out_is_result` says so, and the caller runs
-// the winner again only otherwise. Later calls look the choice up. When TF is asked
-// for deterministic ops the default kernel always runs (no choice that could differ
-// between processes).
+// Timed runs of each family before the choice is made, at most; a pair of timed runs
+// where one family is more than `kClear` times faster decides early (noise on a busy
+// machine is well under that).
+constexpr int kRounds = 3;
+constexpr double kClear = 1.5;
+
+// Whether `trial` has seen enough to choose.
+bool Decided(const Trial& trial) {
+  const int timed0 = trial.runs[0] - 1, timed1 = trial.runs[1] - 1;
+  if (timed0 < 1 || timed1 < 1) return false;
+  if (timed0 >= kRounds && timed1 >= kRounds) return true;
+  return trial.micros[0] > kClear * trial.micros[1] || trial.micros[1] > kClear * trial.micros[0];
+}
+
+void Choose(const std::string& key, Choice choice) {
+  Trials().erase(key);
+  Choices().try_emplace(key, choice);   // a racing thread's choice may be in first
+}
 }  // namespace
 
-int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
-                       const Tensor& out, bool* out_is_result) {
-  *out_is_result = false;
+// Which of TF's two kernels is faster depends on the CPU (oneDNN's convolutions won
+// every shape measured on AVX-512 machines, Eigen's won half of them on AVX2 ones),
+// so it is measured where the code runs, as TF autotunes cuDNN's algorithms. The
+// measuring is spread over the calls of an (op, attributes, shapes): each call runs
+// one kernel, alternating default and oneDNN, the first run of each untimed, until
+// each has `kRounds` timed runs or one pair decides early; later calls look the
+// choice up. Every call thus runs its op once, as an unmeasured one does: measuring
+// both kernels inside the first call made an MLP train step's first run ~12 steps
+// long (up to 8 runs of each dot), most of its first call. The price is that the
+// first few calls of a shape may run the slower kernel, and their results may differ
+// in rounding from the later calls'. When TF is asked for deterministic ops the
+// default kernel always runs (no choice that could differ between runs or processes).
+int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, Measurement* m) {
+  m->timed = false;
   if (OpDeterminismRequired()) return kDefault;
-  const std::string key = ChoiceKey(spec, inputs);
-  {
-    absl::MutexLock l(&choices_mu);
-    auto it = Choices().find(key);
-    if (it != Choices().end()) return it->second.family;
-  }
-  constexpr int kRounds = 3;
-  constexpr double kClear = 1.5;
-  Choice choice{kDefault, {1e300, 1e300}};
-  int32_t last = -1;   // the family whose successful run `out` holds, -1 when none
-  for (int round = -1; round < kRounds; ++round) {
-    if (round > 0 && (choice.micros[0] > kClear * choice.micros[1] ||
-                      choice.micros[1] > kClear * choice.micros[0])) {
-      break;
-    }
-    for (int32_t family : {kDefault, kOneDnn}) {
-      const auto start = std::chrono::steady_clock::now();
-      const absl::Status status = RunFamily(ctx, family, spec, inputs, out);
-      const std::chrono::duration<double, std::micro> took =
-          std::chrono::steady_clock::now() - start;
-      if (!status.ok()) {   // the default's failure is reported by Run's own run of it;
-        if (family == kDefault) return kDefault;   // oneDNN refusing: the default decides
-        choice = Choice{kDefault, {choice.micros[0], -1}};
-        last = -1;          // what a failed kernel left in `out` is nobody's result
-        round = kRounds;
-        break;
-      }
-      last = family;
-      if (round >= 0) choice.micros[family] = std::min(choice.micros[family], took.count());
-    }
-  }
-  if (choice.micros[1] >= 0 && choice.micros[1] < choice.micros[0]) choice.family = kOneDnn;
+  std::string key = ChoiceKey(spec, inputs);
   absl::MutexLock l(&choices_mu);
-  const int32_t family = Choices().try_emplace(key, choice).first->second.family;   // first wins
-  *out_is_result = family == last;
+  auto it = Choices().find(key);
+  if (it != Choices().end()) return it->second.family;
+  Trial& trial = Trials()[key];
+  const int32_t family = trial.runs[kOneDnn] < trial.runs[kDefault] ? kOneDnn : kDefault;
+  ++trial.runs[family];
+  m->timed = trial.runs[family] > 1;
+  m->key = std::move(key);
   return family;
+}
+
+void RecordMeasurement(const Measurement& m, int32_t family, bool ok, double micros) {
+  absl::MutexLock l(&choices_mu);
+  if (Choices().contains(m.key)) return;
+  if (!ok) {                  // the default's failure is the call's error; oneDNN refusing
+    Choose(m.key, Choice{kDefault, {Trials()[m.key].micros[kDefault], -1}});   // decides
+    return;
+  }
+  if (!m.timed) return;
+  Trial& trial = Trials()[m.key];
+  trial.micros[family] = std::min(trial.micros[family], micros);
+  if (!Decided(trial)) return;
+  Choose(m.key, Choice{trial.micros[kOneDnn] < trial.micros[kDefault] ? kOneDnn : kDefault,
+                       {trial.micros[0], trial.micros[1]}});
 }
 
 }  // namespace tfjit

@@ -506,7 +506,7 @@ KERNEL_LABEL = "tfjit_gpu"
 
 def kernel_choices() -> dict:
     """{call: (kernel, default µs, oneDNN µs)} for every library call whose kernel was
-    measured at its first run (kernel_choice.cc's MeasuredFamily): ``call`` is TF's op,
+    measured over its first calls (kernel_choice.cc's MeasuredFamily): ``call`` is TF's op,
     dtype, attributes and input shapes; ``kernel`` is "default" or "oneDNN" (oneDNN µs
     is -1 when oneDNN refused the call)."""
     if _library is None:

@@ -46,6 +46,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -243,31 +244,23 @@ absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tenso
   return absl::OkStatus();
 }
 
-}  // namespace
-
-// Runs the kernel of `family` (kDefault or kOneDnn) for `spec`, with the status
-// of the run.
-absl::Status RunFamily(OpKernelContext* ctx, int32_t family, const KernelSpec& spec,
-                       absl::Span<Tensor> inputs, const Tensor& out) {
-  absl::StatusOr<OpKernel*> kernel = CachedKernel(ctx, family, spec);
-  return kernel.ok() ? Compute(ctx, *kernel, inputs, {out}) : kernel.status();
-}
-
-namespace {
-
 // Runs the kernel of `family` for `spec`; returns 0, or 1 with the status in
 // runtime->error. A oneDNN kernel that fails (oneDNN refuses some paddings the
-// default kernels take) is retried with the default one.
+// default kernels take) is retried with the default one. A kMeasured call runs the
+// family MeasuredFamily hands out and reports how that run went.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out) {
-  if (family == kMeasured) {
-    bool out_is_result = false;
-    family = MeasuredFamily(runtime->ctx, spec, inputs, out, &out_is_result);
-    if (out_is_result) return 0;   // its last timed run was the winner's
-  }
+  Measurement measurement;
+  const bool measured = family == kMeasured;
+  if (measured) family = MeasuredFamily(spec, inputs, &measurement);
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<OpKernel*> kernel = CachedKernel(runtime->ctx, family, spec);
   absl::Status status = kernel.status();
   if (kernel.ok()) status = Compute(runtime->ctx, *kernel, inputs, {out});
+  if (measured && !measurement.key.empty()) {
+    const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
+    RecordMeasurement(measurement, family, status.ok(), took.count());
+  }
   if (!status.ok() && family != kDefault) {
     kernel = CachedKernel(runtime->ctx, kDefault, spec);
     status = kernel.ok() ? Compute(runtime->ctx, *kernel, inputs, {out}) : kernel.status();

@@ -48,16 +48,20 @@ enum Family : int32_t {
   kMeasured = 2,  // whichever of the two ran faster on this call's shapes (kernel_choice.cc)
 };
 
-// Runs the kernel of `family` (kDefault or kOneDnn) for `spec` on `inputs` with
-// tfjit's `out` as its output, under the launch's context `ctx`: the run's status.
-absl::Status RunFamily(OpKernelContext* ctx, int32_t family, const KernelSpec& spec,
-                       absl::Span<Tensor> inputs, const Tensor& out);
+// A kMeasured call's part in measuring its kernels (kernel_choice.cc).
+struct Measurement {
+  std::string key;      // the call's op, attributes and shapes
+  bool timed = false;   // whether this run's time counts
+};
 
-// The family a kMeasured call runs (kernel_choice.cc): measured at the first run of
-// its op, attributes and shapes, looked up after. `*out_is_result` is set when the
-// timing's last run was the winner's, so `out` already holds the result.
-int32_t MeasuredFamily(OpKernelContext* ctx, const KernelSpec& spec, absl::Span<Tensor> inputs,
-                       const Tensor& out, bool* out_is_result);
+// The family a kMeasured call runs (kernel_choice.cc): while its op, attributes and
+// shapes are being measured, one of the two in turn, with `*m` saying how to report
+// the run to RecordMeasurement; the faster one after.
+int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, Measurement* m);
+
+// Reports a run of `family` that MeasuredFamily handed out: whether it succeeded and
+// how long it took.
+void RecordMeasurement(const Measurement& m, int32_t family, bool ok, double micros);
 
 // The host library's table (linalg.h), or null before the host runner hands it over.
 const TfjitLinalg* HostLinalg();
