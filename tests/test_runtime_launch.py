@@ -311,6 +311,43 @@ def test_sharding_splits_rows(jit, compiler):
         assert len(begins) > 1, "a 1M-row step with cost 1000/row was not sharded"
 
 
+def record_block(r, i):             # bufs: x (int64 row numbers), out: [row_begin, x + 1]
+    r.store(1, I64, r.b.mul(i, I64(2)), r.begin)
+    r.store(1, I64, r.b.add(r.b.mul(i, I64(2)), I64(1)), r.b.add(r.load(0, I64, i), I64(1)))
+
+
+# launch_op.cc's split of a step: inline below INLINE_COST cycles, else blocks of at
+# least BLOCK_COST cycles (and at most four per thread)
+INLINE_COST, BLOCK_COST = 50000, 20000
+
+
+@pytest.mark.parametrize("rows,cost", [(49, 1000), (50, 1000), (97, 1000), (1 << 16, 1),
+                                       (3, 10 ** 6), (7919, 25), (1 << 20, 1000)])
+def test_a_split_step_runs_every_row_once_in_contiguous_blocks(jit, compiler, rows, cost):
+    """Every row runs exactly once, in equal contiguous blocks (sizes differing by at
+    most one) whose number follows the step's estimated cost."""
+    engine, fns = jit.compile({"blocks": record_block})
+    compiler.factories[f"blocks_{rows}_{cost}"] = lambda sig: launch.make_executable(
+        input_dtypes=[DT_INT64], output_dtypes=[DT_INT64], output_shapes=[[rows, 2]],
+        output_source=[-1], output_forward=[-1], temp_bytes=[],
+        steps=[(fns["blocks"], rows, cost)], messages=[], keepalive=engine)
+    x = np.arange(rows, dtype=np.int64)
+    out = launch.launch([x], cluster=f"blocks_{rows}_{cost}", cluster_def=b"", Tout=[tf.int64],
+                        output_shapes=[[rows, 2]])[0].numpy()
+    np.testing.assert_array_equal(out[:, 1], x + 1)              # each row ran
+    begins = out[:, 0]
+    starts = np.unique(begins)
+    assert starts[0] == 0 and np.all(begins[starts] == starts)  # contiguous blocks
+    sizes = np.diff(np.append(starts, rows))
+    assert sizes.max() - sizes.min() <= 1, sizes
+    if rows * cost < INLINE_COST:
+        assert len(starts) == 1
+    else:
+        assert len(starts) <= max(1, rows // max(1, BLOCK_COST // cost))
+        if (os.cpu_count() or 1) > 1:
+            assert len(starts) > 1, "a step of at least INLINE_COST cycles was not split"
+
+
 def test_threads_with_different_shapes(compiler, add_cluster):
     compiler.factories["add_mt"] = compiler.factories["add"]
     barrier, errors = threading.Barrier(4), []

@@ -122,6 +122,11 @@ using tfjit::ValidateExecutable;
 
 // Below this many estimated cycles a step runs on the calling thread.
 constexpr int64_t kInlineCost = 50000;
+// A split step's blocks: at least this many estimated cycles each (a claim costs an
+// atomic add; the pieces are small enough for a late helper to share the work), and
+// at most this many per thread.
+constexpr int64_t kBlockCost = 20000;
+constexpr int64_t kBlocksPerThread = 4;
 constexpr int kErrorLen = 4096;
 
 std::atomic<TfjitCompileCallback> g_callback{nullptr};
@@ -378,9 +383,9 @@ class TfjitLaunchOp : public AsyncOpKernel {
       return;
     }
     const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    const TfjitKernelFn fn = step.fn;
-    Shard(workers->num_threads, workers->workers, rows, cost,
-          [fn, bufs](int64_t begin, int64_t end) { fn(bufs, begin, end); });
+    const int64_t blocks = std::min<int64_t>(rows / std::max<int64_t>(kBlockCost / cost, 1),
+                                             kBlocksPerThread * (workers->num_threads + 1));
+    tfjit::RunSplit(workers->workers->AsEigenThreadPool(), step.fn, bufs, rows, blocks);
   }
 
   std::string cluster_;

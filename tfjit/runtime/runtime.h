@@ -7,8 +7,12 @@
 #ifndef TFJIT_RUNTIME_RUNTIME_H_
 #define TFJIT_RUNTIME_RUNTIME_H_
 
+#include <cstdint>
+
+#include "abi.h"
 #include "absl/status/status.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "unsupported/Eigen/CXX11/ThreadPool"
 
 namespace tensorflow {
 namespace tfjit {
@@ -19,6 +23,12 @@ struct RuntimeContext {
   // only one call writes it per launch); the launch reports it.
   absl::Status error;
 };
+
+// Runs `fn` over rows [0, rows) on the calling thread and `pool`'s threads, each
+// taking blocks of rows until none is left (parallel.cc); returns when all have run.
+// `blocks` is how many pieces the rows are cut into (at most `rows`).
+void RunSplit(Eigen::ThreadPoolInterface* pool, TfjitKernelFn fn, void** bufs, int64_t rows,
+              int64_t blocks);
 
 }  // namespace tfjit
 }  // namespace tensorflow
