@@ -89,7 +89,6 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tensorflow/core/util/work_sharder.h"
 #include "abi.h"
 #include "arena.h"
 #include "launch_common.h"
