@@ -108,8 +108,9 @@ int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, Measur
 void RecordMeasurement(const Measurement& m, int32_t family, bool ok, double micros) {
   absl::MutexLock l(&choices_mu);
   if (Choices().contains(m.key)) return;
-  if (!ok) {                  // the default's failure is the call's error; oneDNN refusing
-    Choose(m.key, Choice{kDefault, {Trials()[m.key].micros[kDefault], -1}});   // decides
+  if (!ok && family == kDefault) return;   // the call's own error (bad input): no verdict
+  if (!ok) {                               // oneDNN refusing the call decides for the default
+    Choose(m.key, Choice{kDefault, {Trials()[m.key].micros[kDefault], -1}});
     return;
   }
   if (!m.timed) return;
