@@ -73,7 +73,9 @@ void RunSplit(Eigen::ThreadPoolInterface* pool, TfjitKernelFn fn, void** bufs, i
   split->Work();
   for (int spins = 0; split->done.load(std::memory_order_acquire) < blocks; ++spins) {
     if (spins < 4096) {
-      __builtin_ia32_pause();
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();   // a spin-wait hint; elsewhere the loop spins bare
+#endif
     } else {
       std::this_thread::yield();
     }
