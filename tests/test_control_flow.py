@@ -60,6 +60,21 @@ def test_while_with_several_carried_values_any_trip_count(rng):
     assert set(loop_modes(compiled)[0]) == {"in place", "invariant"}   # no copy, no swap per step
 
 
+def test_a_large_body_is_split_over_threads_and_matches_tf(rng):
+    """A body step of more than INLINE_COST estimated cycles goes through
+    tfjit_rt_parallel_for (runtime/parallel.cc RunSplit), split into blocks; each row
+    still runs once per trip (a row run twice or skipped would change the sums)."""
+    x = tf.constant(rng.standard_normal((509, 1031), dtype=np.float32))   # primes: uneven blocks
+
+    def trips(x, n):
+        def body(i, v, total):
+            v = tf.tanh(v * 0.75 + x) - 0.1 * v
+            return i + 1, v, total + tf.reduce_sum(v, axis=1)
+        return tf.while_loop(lambda i, v, total: i < n, body, (0, x, tf.zeros([509])))
+    n = tf.constant(4)
+    same(tfjit.function(trips)(x, n), tf.function(trips)(x, n), rtol=1e-5, atol=1e-4)
+
+
 def test_body_with_matmul_and_reductions(rng):
     a = tf.constant(rng.standard_normal((48, 48), dtype=np.float32))
 

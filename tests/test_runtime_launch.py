@@ -316,7 +316,7 @@ def record_block(r, i):             # bufs: x (int64 row numbers), out: [row_beg
     r.store(1, I64, r.b.add(r.b.mul(i, I64(2)), I64(1)), r.b.add(r.load(0, I64, i), I64(1)))
 
 
-# launch_op.cc's split of a step: inline below INLINE_COST cycles, else blocks of at
+# parallel.cc's split of a step (RunSplit): inline below INLINE_COST cycles, else blocks of at
 # least BLOCK_COST cycles (and at most four per thread)
 INLINE_COST, BLOCK_COST = 50000, 20000
 

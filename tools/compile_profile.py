@@ -25,8 +25,9 @@ The tfjit process records its phases with ``pipeline.profiling()``:
 
 Medians per phase over the processes (the machine is shared: noisy); the
 "steady" columns are medians of 5 later steps in the same process, run once tfjit's
-optimised code has replaced its quick first tier and its kernel choices are made (codegen/tiering.py); "optimised
-after" is how long after the first call that took, the process idle meanwhile.
+optimised code has replaced its quick first tier (codegen/tiering.py) and its kernel
+choices are made; "optimised after" is how long after the first call that took, the
+process idle meanwhile.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ from tfjit.codegen.llvm_types import I1, I8, I32, I64, PTR, VOID, i64
 from tfjit.runtime import launch
 
 PARALLEL_FOR = launch.PARALLEL_FOR
-INLINE_COST = 50000      # as the launch op's kInlineCost: below this, a step runs inline
+INLINE_COST = 50000      # as runtime/parallel.cc's kInlineCost: below this, a step runs inline
 
 
 def _memcpy(b: ir.IRBuilder, dst, src, nbytes: int) -> None:

@@ -185,8 +185,9 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     value is no constant it could cache), work that grows with the filter alone,
     while the convolution's grows with the filter times the output positions
     (batch x output rows x columns; rows for a dot): with few positions the reorder
-    dominates.  So a call that either kernel can run is timed where it runs, over its first calls (runtime/
-    kernel_choice.cc: MeasuredFamily; ``launch.kernel_choices()`` lists the outcomes),
+    dominates.  So a call that either kernel can run is timed where it runs, over its
+    first calls (runtime/kernel_choice.cc: MeasuredFamily; ``launch.kernel_choices()``
+    lists the outcomes),
     except where TF itself runs oneDNN's kernels (it turns them on for such CPUs) and
     the call has at least ONEDNN_SURE_POSITIONS output positions: there oneDNN's won
     every call measured (InceptionV3's from 8100 positions up, the Keras CNN's,

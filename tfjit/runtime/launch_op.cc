@@ -119,13 +119,6 @@ using tfjit::Invalid;
 using tfjit::TypeName;
 using tfjit::ValidateExecutable;
 
-// Below this many estimated cycles a step runs on the calling thread.
-constexpr int64_t kInlineCost = 50000;
-// A split step's blocks: at least this many estimated cycles each (a claim costs an
-// atomic add; the pieces are small enough for a late helper to share the work), and
-// at most this many per thread.
-constexpr int64_t kBlockCost = 20000;
-constexpr int64_t kBlocksPerThread = 4;
 constexpr int kErrorLen = 4096;
 
 std::atomic<TfjitCompileCallback> g_callback{nullptr};
@@ -374,17 +367,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
   }
 
   static void RunStep(OpKernelContext* ctx, const TfjitStep& step, void** bufs) {
-    const int64_t rows = step.rows;
-    if (rows <= 0) return;
-    const int64_t cost = std::max<int64_t>(step.cost_per_row, 1);
-    if (rows == 1 || rows < kInlineCost / cost) {
-      step.fn(bufs, 0, rows);
-      return;
-    }
-    const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    const int64_t blocks = std::min<int64_t>(rows / std::max<int64_t>(kBlockCost / cost, 1),
-                                             kBlocksPerThread * (workers->num_threads + 1));
-    tfjit::RunSplit(workers->workers->AsEigenThreadPool(), step.fn, bufs, rows, blocks);
+    tfjit::RunSplit(ctx->device()->tensorflow_cpu_worker_threads(), step.fn, bufs, step.rows,
+                    step.cost_per_row);
   }
 
   std::string cluster_;

@@ -1,17 +1,16 @@
-// tfjit_rt_parallel_for: shards one kernel step over the launch's thread pool.
+// Splitting one kernel step over the launch's thread pool (RunSplit), for the
+// launch op's top-level steps (runtime/launch_op.cc RunStep) and for
+// tfjit_rt_parallel_for.
 //
 // The drivers that tfjit generates for control flow (codegen/control.py) run a
 // loop body's kernels themselves, inside one step of the launch; for a step
-// with enough work (rows * cost_per_row >= the launch op's kInlineCost, decided
-// when the driver is generated) they call this instead of the kernel, so a
-// large loop body is sharded over TF's intra-op pool exactly as the launch op
-// shards top-level steps (runtime/launch_op.cc RunStep).
+// with enough work (rows * cost_per_row >= kInlineCost, decided when the driver
+// is generated) they call tfjit_rt_parallel_for instead of the kernel, so a large
+// loop body is split exactly as a top-level step is.
 //
 //   runtime: bufs[device_slot], the launch's tfjit::RuntimeContext (runtime.h),
 //            whose OpKernelContext has the intra-op pool (null: run inline)
 //   fn:     the kernel, TfjitKernelFn; called on disjoint [begin, end) of [0, rows)
-
-#define EIGEN_USE_THREADS
 
 #include <algorithm>
 #include <atomic>
@@ -20,11 +19,18 @@
 #include <thread>
 
 #include "runtime.h"
-#include "unsupported/Eigen/CXX11/Tensor"
 
 namespace tensorflow {
 namespace tfjit {
 namespace {
+
+// A step of fewer estimated cycles runs on the calling thread (codegen/control.py's
+// INLINE_COST is the same bound for loop bodies). A split step's blocks: at least
+// kBlockCost cycles each (a claim costs an atomic add; the pieces are small enough
+// for a late helper to share the work), and at most kBlocksPerThread per thread.
+constexpr int64_t kInlineCost = 50000;
+constexpr int64_t kBlockCost = 20000;
+constexpr int64_t kBlocksPerThread = 4;
 
 // What a split step's threads share. Held by a shared_ptr: a helper that the pool
 // starts only after the step is over still reads `next`, finds no block left and
@@ -57,9 +63,18 @@ struct Split {
 // starts late finds the work done and the caller never waits on a helper that has
 // not started; it waits (spinning, then yielding) only for blocks a helper is
 // running, at most one block's time.
-void RunSplit(Eigen::ThreadPoolInterface* pool, TfjitKernelFn fn, void** bufs, int64_t rows,
-              int64_t blocks) {
-  blocks = std::max<int64_t>(1, std::min(blocks, rows));
+void RunSplit(const DeviceBase::CpuWorkerThreads* workers, TfjitKernelFn fn, void** bufs,
+              int64_t rows, int64_t cost_per_row) {
+  if (rows <= 0) return;
+  const int64_t cost = std::max<int64_t>(cost_per_row, 1);
+  if (workers == nullptr || rows == 1 || rows < kInlineCost / cost) {
+    fn(bufs, 0, rows);
+    return;
+  }
+  Eigen::ThreadPoolInterface* pool = workers->workers->AsEigenThreadPool();
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min({rows, rows / std::max<int64_t>(kBlockCost / cost, 1),
+                   kBlocksPerThread * (workers->num_threads + 1)}));
   auto split = std::make_shared<Split>();
   split->fn = fn;
   split->bufs = bufs;
@@ -67,8 +82,7 @@ void RunSplit(Eigen::ThreadPoolInterface* pool, TfjitKernelFn fn, void** bufs, i
   split->blocks = blocks;
   // The caller is a thread too: with one helper fewer than the pool's threads the
   // step takes as many threads as the pool has (on 2 cores a third only contends).
-  const int64_t helpers =
-      pool == nullptr ? 0 : std::min<int64_t>(pool->NumThreads() - 1, blocks - 1);
+  const int64_t helpers = std::min<int64_t>(pool->NumThreads() - 1, blocks - 1);
   for (int64_t h = 0; h < helpers; ++h) pool->Schedule([split] { split->Work(); });
   split->Work();
   for (int spins = 0; split->done.load(std::memory_order_acquire) < blocks; ++spins) {
@@ -89,16 +103,10 @@ extern "C" {
 __attribute__((visibility("default"))) void tfjit_rt_parallel_for(void* runtime, TfjitKernelFn fn,
                                                                   void** bufs, int64_t rows,
                                                                   int64_t cost_per_row) {
-  if (rows <= 0) return;
   auto* context = static_cast<tensorflow::tfjit::RuntimeContext*>(runtime);
-  if (context == nullptr || context->ctx == nullptr || rows == 1) {
-    fn(bufs, 0, rows);
-    return;
-  }
-  const Eigen::ThreadPoolDevice* pool = &context->ctx->eigen_cpu_device();
-  const Eigen::TensorOpCost cost(0, 0, static_cast<double>(cost_per_row > 0 ? cost_per_row : 1));
-  pool->parallelFor(rows, cost, [fn, bufs](Eigen::Index begin, Eigen::Index end) {
-    fn(bufs, static_cast<int64_t>(begin), static_cast<int64_t>(end));
-  });
+  tensorflow::tfjit::RunSplit(context == nullptr || context->ctx == nullptr
+                                  ? nullptr
+                                  : context->ctx->device()->tensorflow_cpu_worker_threads(),
+                              fn, bufs, rows, cost_per_row);
 }
 }

@@ -12,7 +12,6 @@
 #include "abi.h"
 #include "absl/status/status.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "unsupported/Eigen/CXX11/ThreadPool"
 
 namespace tensorflow {
 namespace tfjit {
@@ -24,11 +23,12 @@ struct RuntimeContext {
   absl::Status error;
 };
 
-// Runs `fn` over rows [0, rows) on the calling thread and `pool`'s threads, each
-// taking blocks of rows until none is left (parallel.cc); returns when all have run.
-// `blocks` is how many pieces the rows are cut into (at most `rows`).
-void RunSplit(Eigen::ThreadPoolInterface* pool, TfjitKernelFn fn, void** bufs, int64_t rows,
-              int64_t blocks);
+// Runs `fn` over rows [0, rows): on the calling thread when the step is small
+// (rows * cost_per_row estimated cycles) or `workers` is null, else in blocks that
+// the calling thread and `workers`' pool take from one counter (parallel.cc);
+// returns when all have run.
+void RunSplit(const DeviceBase::CpuWorkerThreads* workers, TfjitKernelFn fn, void** bufs,
+              int64_t rows, int64_t cost_per_row);
 
 }  // namespace tfjit
 }  // namespace tensorflow
