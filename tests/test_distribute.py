@@ -108,7 +108,9 @@ def _free_ports(n: int) -> list:
     return ports
 
 
-def _start_workers(case: str) -> list:
+def _start_workers(case: str, logs=None) -> list:
+    """Two worker processes; their output goes to the files ``logs`` or, without
+    them, to pipes (read line by line while they run)."""
     ports = _free_ports(2)
     procs = []
     for index in range(2):
@@ -116,9 +118,12 @@ def _start_workers(case: str) -> list:
                    TF_CONFIG=json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                                          "task": {"type": "worker", "index": index}}))
         env.pop("TFJIT_FLAGS", None)
+        out = open(logs[index], "w") if logs else subprocess.PIPE
         procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "distributed_program.py"),
-                                       case, "0"], env=env, stdout=subprocess.PIPE,
+                                       case, "0"], env=env, stdout=out,
                                       stderr=subprocess.STDOUT, text=True))
+        if logs:
+            out.close()                     # the worker has its own copy
     return procs
 
 
@@ -130,14 +135,22 @@ def _stop(procs) -> None:
         p.wait(timeout=30)
 
 
-def test_multi_worker_mirrored_strategy_on_loopback():
-    procs = _start_workers("worker")
+def test_multi_worker_mirrored_strategy_on_loopback(tmp_path):
+    # each worker writes to its own file: with pipes, one worker blocked on a full pipe
+    # while the test read the other's would stall both in their collectives
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    procs = _start_workers("worker", logs)
+    deadline = time.monotonic() + 300
     try:
-        outputs = [p.communicate(timeout=300)[0] for p in procs]
+        for p in procs:
+            p.wait(timeout=max(deadline - time.monotonic(), 1))
     finally:
         _stop(procs)
+    outputs = [log.read_text() for log in logs]
+    report = "\n".join(f"--- worker {i} (exit {p.returncode}) ---\n{out[-3000:]}"
+                       for i, (p, out) in enumerate(zip(procs, outputs)))
     for p, out in zip(procs, outputs):
-        assert p.returncode == 0, out[-4000:]
+        assert p.returncode == 0, report
         seed, train = [json.loads(ln[len("RESULT "):]) for ln in out.splitlines()
                        if ln.startswith("RESULT ")]
         for name, (got, want) in seed["results"].items():
