@@ -99,3 +99,49 @@ def test_a_statistic_over_axis_0_reads_whole_rows(shape, axes, block):
     assert_matches(got.numpy(), tf.reduce_sum(x, list(axes)).numpy(), rtol=1e-4, atol=1e-3)
     blocks = [fu.column_block for fu in f.compiled(x).fusions if fu.column]
     assert blocks == [block]
+
+
+# -- column max/min: NaNs flagged apart ------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, tf.bfloat16.as_numpy_dtype],
+                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape, axes", [
+    ((5, 37), (0,)),               # 4 rows per pass, then 1
+    ((7, 3, 40), (0, 1)),          # the innermost reduced dim: 4 + 3 rows
+    ((64, 512, 24), (1,)),         # 3-D middle axis
+    ((4096, 24), (0,)),            # split into chunks, combined by a second phase
+    ((1, 9), (0,)), ((9, 1), (0,))], ids=lambda v: "x".join(map(str, v)))
+def test_column_max_min_nans_and_infinities_in_every_position(shape, axes, dtype):
+    """A CPU column row's float max/min compares and selects and keeps a NaN flag per
+    output (codegen/reduction.py _flags_nans): a NaN anywhere in a column (first row,
+    inside a pass of 4, the rows after the passes, the last row; beside +-inf, or
+    alone among -inf) makes that output NaN, as in TF."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(dtype)
+    rows = int(np.prod([shape[a] for a in axes]))
+    cols = x.size // rows
+    flat = np.moveaxis(x, axes, range(len(axes))).reshape(rows, cols).copy()
+    for c in range(cols):
+        kind = c % 6
+        if kind == 0:
+            flat[(c * 7) % rows, c] = np.nan                  # a NaN at a varying row
+        elif kind == 1:
+            flat[:, c] = -np.inf
+            flat[rows - 1, c] = np.nan                        # alone among -inf, last row
+        elif kind == 2:
+            flat[0, c], flat[rows - 1, c] = np.inf, -np.inf   # infinities only
+        elif kind == 3 and rows > 1:
+            flat[1, c], flat[rows // 2, c] = np.nan, np.inf   # NaN beside +inf
+        elif kind == 4:
+            flat[:, c] = -np.inf                              # all -inf: the max is -inf
+    moved = flat.reshape([shape[a] for a in axes] + [s for i, s in enumerate(shape) if i not in axes])
+    x = tf.constant(np.moveaxis(moved, range(len(axes)), axes))
+
+    def f(x):
+        return tf.reduce_max(x, list(axes)), tf.reduce_min(x, list(axes))
+    compiled = tfjit.function(f, jit_compile=True)
+    for k, (got, want) in enumerate(zip(compiled(x), tf.function(f)(x))):
+        assert_matches(got.numpy(), want.numpy(), rtol=0, atol=0, what=f"output {k}",
+                       check_zero_sign=False)
+    if rows > 1 and cols > 1:
+        assert any(fu.column for fu in compiled.compiled(x).fusions), compiled.compiled(x).fusions
