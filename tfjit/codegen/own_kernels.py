@@ -2,7 +2,7 @@
 
 Each is a ``KernelEmitter`` with its own row body (same ABI, same elemental
 generation: the operands fused into the kernel are computed inside it at the
-indices the row reads).  The fusion pass decides the rows (``fusion.own_kernel_rows``):
+indices the row reads).  The fusion pass decides the rows (``own_rows.own_kernel_rows``):
 
 * scatter (segment sum): row = (segment range, column block).  The row writes
   the identity over its part of the result, then walks every id in input order
@@ -18,7 +18,7 @@ indices the row reads).  The fusion pass decides the rows (``fusion.own_kernel_r
   unsigned key (``TopKEmitter.key``): larger means ranked first, a total order
   (greater value, NaN above every number, equal values, +0 and -0 too, by lower
   index: TF's tie rule), so any correct sort gives TF's order.  Up to k ~ n/2
-  (``fusion.topk_merges``) a binary min-heap of the k best keys, worst at the
+  (``own_rows.topk_merges``) a binary min-heap of the k best keys, worst at the
   root: each further element is compared with the root and, when better,
   replaces it and sifts down; a heap sort leaves the best first: O(n + m log k)
   per vector where m <= n - k elements beat the root (n log k worst case) plus
@@ -38,7 +38,7 @@ from tfjit.codegen.llvm_types import I8, I64, PTR, VOID, const, for_range, i64, 
 from tfjit.ir.module import scatter_identity
 from tfjit.ir.ops import Op
 from tfjit.passes.buffers import topk_key_bytes, topk_row_bytes
-from tfjit.passes.fusion import COLUMN_BLOCK, scan_geometry, scatter_blocks, topk_merges
+from tfjit.passes.own_rows import COLUMN_BLOCK, scan_geometry, scatter_blocks, topk_merges
 
 
 def _min(b, x, n: int):
@@ -182,7 +182,7 @@ class ScanEmitter(_OwnKernel):
 
 
 class TopKEmitter(_OwnKernel):
-    """Rows are chunks of vectors (``fusion.TOPK_CHUNKS``), each with its own scratch
+    """Rows are chunks of vectors (``own_rows.TOPK_CHUNKS``), each with its own scratch
     area (``buffers.topk_row_bytes``) reused vector after vector.  Elements are
     ranked by one unsigned key (``key``), so every comparison is one instruction."""
 

@@ -47,7 +47,7 @@ import numpy as np
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.passes import fusion as fusion_mod
-from tfjit.passes.fusion import topk_merges
+from tfjit.passes.own_rows import topk_merges
 from tfjit.runtime import abi
 
 
@@ -445,6 +445,6 @@ def topk_key_bytes(x) -> int:
 
 def topk_row_bytes(root) -> int:
     """Scratch of one top-k kernel row (a chunk of vectors, done one after another):
-    a heap of k keys, or two arrays of n keys for a merge sort (``fusion.topk_merges``)."""
+    a heap of k keys, or two arrays of n keys for a merge sort (``own_rows.topk_merges``)."""
     x = root.operands[0]
     return topk_key_bytes(x) * (2 * x.shape[-1] if topk_merges(root) else root.attrs["k"])

@@ -54,15 +54,11 @@ from tfjit.ir.indexing import operand_index
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
 from tfjit.passes.kernel_graph import KernelGraph
+from tfjit.passes.own_rows import COLUMN_BLOCK, own_kernel_rows, topk_merges
 
 SPLIT_MIN_ELEMENTS = 1 << 15    # reductions this large with few outputs split into chunks
 SPLIT_MAX_OUTPUTS = 8
-SCATTER_SEGMENT_BLOCKS = 8      # segment ranges of a large scatter (each row reads every id)
-SCATTER_PARALLEL_MIN = 1 << 15  # elements (result + data) from which a scatter splits segments
-TOPK_CHUNKS = 64                # rows of a top-k kernel: chunks of vectors, one scratch area each
-TOPK_HEAP_MAX_K = 16            # larger k, over half the vector: merge-sort it instead of a heap
 FLAT_BLOCK = 4096               # elements per row of a flattened elementwise kernel
-COLUMN_BLOCK = 512              # outputs per row of a column-reduction kernel
 COLUMN_WHOLE_ROW = 4096         # ... or all of them, when a reduced row is at most this wide
 COLUMN_SPLIT_ROWS = 8           # column reductions with fewer rows split their first reduced dim
 COLUMN_SPLIT_CHUNKS = 16        # ... into at most this many chunks,
@@ -141,49 +137,6 @@ _OWN_KERNEL_WHY = {
     Kind.SCAN: "a scan carries a running value along its dim",
     Kind.SORT: "a top-k selects along its last dim",
 }
-
-
-def scan_geometry(root: Instr) -> tuple:
-    """(outer, n, inner) of a scan: the dims before, along and after the scanned one."""
-    d = root.attrs["dim"]
-    return math.prod(root.shape[:d]), root.shape[d], math.prod(root.shape[d + 1:])
-
-
-def scatter_blocks(root: Instr) -> tuple:
-    """(segment ranges, column blocks) of a scatter kernel's rows.
-
-    Column blocks (``COLUMN_BLOCK`` wide) are independent.  Segment ranges are too,
-    but each row reads every id: r ranges cost (r - 1) * N extra id reads against
-    N * C adds, so a scatter splits into at most C / 8 ranges, and only when large.
-    (Measured, one thread, f32 1M x 1 -> 1000 segments: 8 ranges took 33 ms, one 1 ms;
-    8192 x 128 -> 50000: 11 ms, TF 48 ms.)"""
-    segments, columns = root.shape
-    n = root.operands[1].shape[0]
-    blocks = max(1, math.ceil(columns / COLUMN_BLOCK))
-    ranges = 1
-    if root.size + n * columns >= SCATTER_PARALLEL_MIN:
-        ranges = max(1, min(segments, SCATTER_SEGMENT_BLOCKS, columns // 8))
-    return ranges, blocks
-
-
-def topk_merges(root: Instr) -> bool:
-    """Does this top-k merge-sort whole vectors (O(n log n), branch-free) rather than
-    keep a heap of the k best (O(n) for small k, O(n log k) worst case)?  Measured on
-    f32 [512000/n, n]: the heap wins up to k ~ n/2 (n = 1000, k = 256: 17 vs 23 ms),
-    the merge sort beyond (k = n = 1000: 23 vs 31 ms; TF's std::sort: 34 ms)."""
-    n, k = root.operands[0].shape[-1], root.attrs["k"]
-    return k > TOPK_HEAP_MAX_K and 2 * k > n
-
-
-def own_kernel_rows(f: "Fusion") -> int:
-    root = f.roots[0]
-    if f.kind == "scan":
-        outer, n, inner = scan_geometry(root)
-        return outer * math.ceil(inner / COLUMN_BLOCK) if root.size else 0
-    if f.kind == "scatter":      # ids are checked even when the result is empty
-        ranges, blocks = scatter_blocks(root)
-        return ranges * blocks if root.size or root.operands[1].size else 0
-    return min(math.prod(root.shape[:-1]), TOPK_CHUNKS) if root.size else 0
 
 
 def is_cheap(i: Instr) -> bool:
