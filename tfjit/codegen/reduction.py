@@ -27,6 +27,14 @@ ACROSS_ROW_BYTES = 32  # ... when a row of each input they read is at most this 
 _IDENTITY = {"sum": 0, "prod": 1, "and": True, "or": False}
 
 
+def _pairwise(combine, values: list):
+    """``values`` combined as a balanced tree: independent operations first."""
+    while len(values) > 1:
+        values = [combine(*values[i:i + 2]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
 def reduce_identity(kind: str, d: dt.DType):
     if kind in _IDENTITY:
         return _IDENTITY[kind]
@@ -166,10 +174,8 @@ class ReductionRows:
                 if nan is not None:
                     met = b.zext(self._nan_flags(vs), I8)
                     b.store(b.or_(b.load(nan_slot(o), typ=I8), met), nan_slot(o))
-                while len(vs) > 1:               # pairwise: independent adds first
-                    vs = [combine(kind, root.dtype, *vs[i:i + 2]) if i + 1 < len(vs)
-                          else vs[i] for i in range(0, len(vs), 2)]
-                b.store(combine(kind, root.dtype, b.load(slot(o), typ=t), vs[0]), slot(o))
+                v = _pairwise(lambda x, y: combine(kind, root.dtype, x, y), vs)
+                b.store(combine(kind, root.dtype, b.load(slot(o), typ=t), v), slot(o))
 
         def nest(k, ridx):
             lo_k, hi_k = (lo, hi) if k == 0 else (i64(0), i64(operand.shape[f.outer + k]))
@@ -400,12 +406,8 @@ class ReductionRows:
     def _nan_flags(self, vs: list):
         """i1: is any of the float values ``vs`` NaN?  (An unordered compare tests two.)"""
         b = self.b
-        flags = [b.fcmp_unordered("uno", vs[i], vs[min(i + 1, len(vs) - 1)])
-                 for i in range(0, len(vs), 2)]
-        while len(flags) > 1:
-            flags = [b.or_(*flags[i:i + 2]) if i + 1 < len(flags) else flags[i]
-                     for i in range(0, len(flags), 2)]
-        return flags[0]
+        return _pairwise(b.or_, [b.fcmp_unordered("uno", vs[i], vs[min(i + 1, len(vs) - 1)])
+                                 for i in range(0, len(vs), 2)])
 
     def _ordered_combine(self, kind: str, d: dt.DType, acc, v):
         """max/min of two floats as one compare and select (NaNs are flagged apart)."""
