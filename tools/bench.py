@@ -38,6 +38,7 @@ os.environ.setdefault("TF_XLA_FLAGS", "--tf_xla_cpu_global_jit")
 import tensorflow as tf  # noqa: E402
 
 import tfjit  # noqa: E402
+from tfjit.codegen import tiering  # noqa: E402
 
 
 # Untimed calls before timing: tfjit measures which of TF's kernels a library call runs
@@ -72,10 +73,13 @@ class Variant:
 
 def time_ms(variants: dict, runs: int, warmup: int = WARMUP) -> dict:
     """{name: array of ms}: ``warmup`` untimed rounds, then ``runs`` rounds of one call
-    of every variant in turn."""
+    of every variant in turn.  Timing starts once tfjit's optimised builds are in
+    (codegen/tiering.py): until then a big module runs its quick first tier, and a
+    model's train step could still be in it after the warm-up."""
     for _ in range(warmup):
         for v in variants.values():
             v.once()
+    tiering.wait_all()
     times = {k: [] for k in variants}
     for _ in range(runs):
         for k, v in variants.items():
