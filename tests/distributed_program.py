@@ -83,8 +83,9 @@ def seed():
         text=str(explained)))
 
 
-def train():
-    """A custom loop: strategy.run(train_step) where train_step is a tfjit.function."""
+def train(trace: bool = True):
+    """A custom loop: strategy.run(train_step) where train_step is a tfjit.function;
+    ``trace``: profile steps 40-42 and count the TfjitLaunch events."""
     rng = np.random.default_rng(0)
     x_all = rng.standard_normal((64 * 5, 16)).astype(np.float32)
     y_all = rng.standard_normal((64 * 5, 4)).astype(np.float32)
@@ -111,10 +112,10 @@ def train():
         data = tf.data.Dataset.from_tensor_slices((x_all, y_all)).batch(64).repeat(10)
         losses = []
         for k, (x, y) in enumerate(strategy.experimental_distribute_dataset(data)):
-            if jit and k == 40:
+            if trace and jit and k == 40:
                 tf.profiler.experimental.start(trace_dir)
             losses.append(float(dist_step(x, y)))
-            if jit and k == 42:
+            if trace and jit and k == 42:
                 tf.profiler.experimental.stop()
         return losses, [w.tolist() for w in model.get_weights()]
     trace_dir = tempfile.mkdtemp(prefix="tfjit_trace_")
@@ -204,9 +205,13 @@ def long_run():
 
 
 def worker():
-    """Both checks in one worker process: the code around a collective, and training."""
+    """Both checks in one worker process: the code around a collective, and training.
+    Without the profiler: TF's profiler_v2.stop() crashed a worker (a segfault, once
+    "free(): invalid pointer") in about 1 of 5 runs with a CPU burner beside it
+    (faulthandler's stack ends in profiler_v2.py stop); the launches' trace events are
+    checked under MirroredStrategy (test_a_training_loop_under_mirrored_strategy)."""
     seed()
-    train()
+    train(trace=False)
 
 
 {"seed": seed, "train": train, "fit": fit, "errors": errors, "worker": worker,
