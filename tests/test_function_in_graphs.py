@@ -115,3 +115,50 @@ def test_a_callable_object_whose_attributes_share_tfjits_names_is_wrapped(rng):
     x = tf.constant(rng.standard_normal(4), tf.float32)
     assert_matches(jit(x).numpy(), x.numpy() * 3.0, rtol=1e-6)
     assert obj._lock is True and obj._entries == "mine"
+
+
+def test_variable_updates_run_in_program_order_inside_a_tf_while_loop(rng):
+    # TfjitLaunch was registered stateless: the loop body did not wait for a launch, so
+    # iterations ran their launches out of order (1 then 2..6 became 2..6 then 1).
+    v = tf.Variable(tf.zeros([64]))
+
+    def step(x):
+        v.assign(v * 1.5 + x)           # the order of the steps shows in the value
+        return tf.reduce_sum(v)
+
+    def loop_of(inner):
+        @tf.function
+        def loop(xs):
+            s = tf.constant(0.0)
+            for i in tf.range(tf.shape(xs)[0]):
+                s = inner(xs[i])
+            return s
+        return loop
+
+    jit, ref = loop_of(tfjit.function(step, jit_compile=True)), loop_of(tf.function(step))
+    for trial in range(5):
+        xs = tf.constant(rng.standard_normal((12, 64)).astype(np.float32))
+        v.assign(tf.zeros([64]))
+        want_sum = ref(xs).numpy()
+        want = v.numpy()
+        v.assign(tf.zeros([64]))
+        got_sum = jit(xs).numpy()
+        assert_matches(v.numpy(), want, what=f"variable after the loop, trial {trial}")
+        assert_matches(got_sum, want_sum, what=f"last step's sum, trial {trial}")
+
+
+def test_a_launch_whose_only_effect_is_a_variable_update_is_not_pruned():
+    v = tf.Variable(tf.zeros([4]))
+
+    @tfjit.function(jit_compile=True)
+    def update(x):
+        v.assign_add(x * 2.0)           # no outputs: only the update says it ran
+
+    @tf.function
+    def outer(x):
+        update(x)
+        update(x)
+        return tf.constant(1.0)
+
+    outer(tf.ones([4]))
+    np.testing.assert_array_equal(v.numpy(), np.full(4, 4.0, np.float32))

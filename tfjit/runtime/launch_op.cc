@@ -394,6 +394,11 @@ REGISTER_OP("TfjitLaunch")
     .Attr("output_shapes: list(shape) >= 0")
     .Attr("fallback: list(func) = []")
     .Attr("constant_args: list(int) = []")
+    // Stateful, as XlaLaunch is: a cluster may read and write resource variables and
+    // draw random numbers.  A stateless op with only variable writes was pruned from
+    // a tf.function (its update lost), and was not among the ops a loop body must
+    // finish, so a tf.while_loop ran one iteration's launch before the previous one's.
+    .SetIsStateful()
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       std::vector<PartialTensorShape> shapes;
       TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
