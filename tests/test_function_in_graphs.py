@@ -119,8 +119,10 @@ def test_a_callable_object_whose_attributes_share_tfjits_names_is_wrapped(rng):
 
 def test_variable_updates_run_in_program_order_inside_a_tf_while_loop(rng):
     # TfjitLaunch was registered stateless: the loop body did not wait for a launch, so
-    # iterations ran their launches out of order (1 then 2..6 became 2..6 then 1).
-    v = tf.Variable(tf.zeros([64]))
+    # iterations ran their launches out of order (1 then 2..6 became 2..6 then 1); with
+    # 64-element steps that was rare, with 4096 most loops.
+    n = 4096
+    v = tf.Variable(tf.zeros([n]))
 
     def step(x):
         v.assign(v * 1.5 + x)           # the order of the steps shows in the value
@@ -137,11 +139,11 @@ def test_variable_updates_run_in_program_order_inside_a_tf_while_loop(rng):
 
     jit, ref = loop_of(tfjit.function(step, jit_compile=True)), loop_of(tf.function(step))
     for trial in range(5):
-        xs = tf.constant(rng.standard_normal((12, 64)).astype(np.float32))
-        v.assign(tf.zeros([64]))
+        xs = tf.constant(rng.standard_normal((16, n)).astype(np.float32))
+        v.assign(tf.zeros([n]))
         want_sum = ref(xs).numpy()
         want = v.numpy()
-        v.assign(tf.zeros([64]))
+        v.assign(tf.zeros([n]))
         got_sum = jit(xs).numpy()
         assert_matches(v.numpy(), want, what=f"variable after the loop, trial {trial}")
         assert_matches(got_sum, want_sum, what=f"last step's sum, trial {trial}")
@@ -150,15 +152,21 @@ def test_variable_updates_run_in_program_order_inside_a_tf_while_loop(rng):
 def test_a_launch_whose_only_effect_is_a_variable_update_is_not_pruned():
     v = tf.Variable(tf.zeros([4]))
 
-    @tfjit.function(jit_compile=True)
     def update(x):
-        v.assign_add(x * 2.0)           # no outputs: only the update says it ran
+        v.assign(v * 3.0 + x)           # no outputs: only the update says it ran
 
-    @tf.function
-    def outer(x):
-        update(x)
-        update(x)
-        return tf.constant(1.0)
+    def outer_around(inner):
+        @tf.function
+        def outer(x):
+            inner(x)
+            inner(x * 2.0)
+            return tf.constant(1.0)
+        return outer
 
-    outer(tf.ones([4]))
-    np.testing.assert_array_equal(v.numpy(), np.full(4, 4.0, np.float32))
+    values = []
+    for inner in (tf.function(update), tfjit.function(update, jit_compile=True)):
+        v.assign(tf.ones([4]))
+        outer_around(inner)(tf.range(4, dtype=tf.float32))
+        values.append(v.numpy())
+    assert_matches(values[1], values[0], what="variable after two updates")
+    assert not np.array_equal(values[0], np.ones(4, np.float32))    # TF did update it

@@ -467,19 +467,19 @@ def launch(inputs: list, *, cluster: str, cluster_def: bytes = b"", Tout: list,
                  output_shapes=output_shapes, fallback=[fallback] if fallback is not None else [],
                  constant_args=list(constant_args), name=name)
     if not gpu:
-        return _outputs(_lib().ops.tfjit_launch(**attrs))
+        return _outputs(_lib().ops.tfjit_launch(**attrs), Tout)
     import tensorflow as tf
     if tf.executing_eagerly():
         raise ValueError("TfjitLaunch's GPU kernel is chosen by the node's _kernel label, which "
                          "TensorFlow applies in graph mode: call launch(gpu=True) in a tf.function")
     with tf.compat.v1.get_default_graph()._kernel_label_map({"TfjitLaunch": KERNEL_LABEL}):
-        return _outputs(_lib().ops.tfjit_launch(**attrs))
+        return _outputs(_lib().ops.tfjit_launch(**attrs), Tout)
 
 
-def _outputs(result) -> list:
-    """The op wrapper's result as a list: a stateful op without outputs comes back, in
-    graph mode, as its Operation."""
-    return [] if hasattr(result, "control_inputs") else result
+def _outputs(result, Tout: list) -> list:
+    """The op wrapper's result as a list: for a launch without outputs (``Tout`` empty)
+    the wrapper returns, in graph mode, the Operation of the stateful op."""
+    return result if Tout else []
 
 
 def random_reserve(shape, *, seed: int, seed2: int, samples: str = "outputs", instance: str = "",
