@@ -38,7 +38,7 @@ from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions
-from tfjit.runtime import cuda, launch, launch_gpu
+from tfjit.runtime import cuda, launch, launch_gpu, warmup
 
 
 class CompileProfile:
@@ -307,6 +307,8 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         raise TooLarge(f"{kernels} kernels after fusion, more than the {max_kernels} that "
                        "auto mode compiles (--tfjit_auto_max_kernels)")
     target = jit_target()
+    if warmup.wanted(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library"):
+        warmup.start()       # oneDNN's GEMM code generated beside LLVM (runtime/warmup.py)
     e = emit(o, target, name)
     _mark("emit LLVM IR")
     code = objcache.compile_module(e.llvm_module, [s for s, _, _ in e.steps], target.compiler,

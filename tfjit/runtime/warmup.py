@@ -1,0 +1,67 @@
+"""oneDNN's GEMM code, generated while LLVM compiles instead of in the first run.
+
+TF's CPU MatMul and convolution kernels, which tfjit's dots and convolutions run
+(codegen/library.py), reach oneDNN's f32 GEMM (Eigen's contraction kernel calls
+``dnnl_sgemm``), and oneDNN generates that GEMM's machine code (xbyak) once per
+process, at its first call.  In a first call of a train step that was 20-35 ms
+of the launch's first run: by ``perf`` of the softmax regression step's first run
+(Intel Sapphire Rapids, 2 cores), 23% of its samples were
+``avx512_common_gemm_f32::get_xbyak_gemm`` and most of the rest the page faults of
+fresh memory; with three small eager MatMuls run before it, that first run took
+11-12 ms instead of 47-79 (scratch script, 2026-12-05, the machine loaded).  XLA's
+own dots do not pay it, so its first call did not either.
+
+So when the JIT compiles a module that calls such a kernel, a thread (once per
+process) runs the small products then: its cost overlaps the module's code
+generation and LLVM, which run on the calling thread and in the compile server.
+The products are tiny and their results dropped; a failure there is ignored (the
+first run then pays the cost, as before).  TF's eager kernels are thread-safe, and
+the thread holds the GIL only to dispatch each op.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+
+from tfjit import dtypes as dt
+from tfjit.ir.ops import Op
+
+# library calls whose TF kernels reach oneDNN's f32 GEMM
+GEMM_OPS = frozenset({Op.DOT, Op.CONV, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
+                      Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
+
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def wanted(roots) -> bool:
+    """Does a module whose library calls have these roots run a kernel on oneDNN's f32
+    GEMM?  (Other dtypes' kernels were not measured; they are left as they were.)"""
+    return any(r.op in GEMM_OPS and r.dtype == dt.F32 for r in roots)
+
+
+def start() -> threading.Thread | None:
+    """Starts the warm-up thread unless it was started before in this process; returns it.
+    Not in a process that has not imported TensorFlow (tools/run_module.py's own paths):
+    importing it there would cost more than it saves."""
+    global _thread
+    if "tensorflow" not in sys.modules:
+        return None
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_run, name="tfjit-gemm-warmup", daemon=True)
+            _thread.start()
+        return _thread
+
+
+def _run() -> None:
+    """Each transposition TF's gradients use: Eigen packs the operands, so the GEMM's
+    generated code is the same for all shapes; 64 is past Eigen's small-product path."""
+    try:
+        import tensorflow as tf
+        with tf.device("/CPU:0"):
+            x = tf.ones([64, 64])
+            for ta, tb in ((False, False), (True, False), (False, True)):
+                tf.linalg.matmul(x, x, transpose_a=ta, transpose_b=tb)
+    except Exception:      # noqa: BLE001 - only a cost moved; the first run pays it instead
+        pass
