@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import tfjit
 from tfjit import pipeline
+from tfjit.codegen import library
 from tfjit.ir import text
 from tfjit.passes import fusion
 from tfjit.runtime import warmup
@@ -25,10 +26,10 @@ ELEMENTWISE = "module m {\n  %p0 = f32[8,16] parameter(0)\n  %e = f32[8,16] exp(
 
 
 def test_wanted_for_f32_dots_and_convolutions_only():
-    assert warmup.wanted(_library_roots(DOT.format(t="f32")))
-    assert warmup.wanted(_library_roots(CONV))
-    assert not warmup.wanted(_library_roots(DOT.format(t="f64")))   # not measured: left alone
-    assert not warmup.wanted(_library_roots(ELEMENTWISE))
+    assert library.runs_onednn_gemm(_library_roots(DOT.format(t="f32")))
+    assert library.runs_onednn_gemm(_library_roots(CONV))
+    assert not library.runs_onednn_gemm(_library_roots(DOT.format(t="f64")))   # not measured: left alone
+    assert not library.runs_onednn_gemm(_library_roots(ELEMENTWISE))
 
 
 def test_a_dot_starts_the_thread_once_and_results_match_tf():

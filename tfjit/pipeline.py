@@ -307,7 +307,7 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         raise TooLarge(f"{kernels} kernels after fusion, more than the {max_kernels} that "
                        "auto mode compiles (--tfjit_auto_max_kernels)")
     target = jit_target()
-    if warmup.wanted(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library"):
+    if library.runs_onednn_gemm(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library"):
         warmup.start()       # oneDNN's GEMM code generated beside LLVM (runtime/warmup.py)
     e = emit(o, target, name)
     _mark("emit LLVM IR")

@@ -295,6 +295,18 @@ def _memcpy(module: ir.Module) -> ir.Function:
     return fn
 
 
+# library calls whose TF kernels reach oneDNN's f32 GEMM (Eigen's contraction kernel calls
+# dnnl_sgemm), whose code oneDNN generates at its first call in the process (runtime/warmup.py)
+GEMM_OPS = frozenset({Op.DOT, Op.CONV, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
+                      Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
+
+
+def runs_onednn_gemm(roots) -> bool:
+    """Does a module whose library calls have these roots run a kernel on oneDNN's f32
+    GEMM?  (Other dtypes' kernels were not measured; they are left as they were.)"""
+    return any(r.op in GEMM_OPS and r.dtype == dt.F32 for r in roots)
+
+
 def call_kind(i) -> str:
     """The runtime entry point (without prefix and dtype) library instruction ``i`` calls."""
     return _CALLS[i.op][0]

@@ -11,7 +11,8 @@ fresh memory; with three small eager MatMuls run before it, that first run took
 11-12 ms instead of 47-79 (scratch script, 2026-12-05, the machine loaded).  XLA's
 own dots do not pay it, so its first call did not either.
 
-So when the JIT compiles a module that calls such a kernel, a thread (once per
+So when the JIT compiles a module that calls such a kernel
+(``codegen/library.py``: ``runs_onednn_gemm``), a thread (once per
 process) runs the small products then: its cost overlaps the module's code
 generation and LLVM, which run on the calling thread and in the compile server.
 The products are tiny and their results dropped; a failure there is ignored (the
@@ -23,21 +24,8 @@ from __future__ import annotations
 import sys
 import threading
 
-from tfjit import dtypes as dt
-from tfjit.ir.ops import Op
-
-# library calls whose TF kernels reach oneDNN's f32 GEMM
-GEMM_OPS = frozenset({Op.DOT, Op.CONV, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
-                      Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
-
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
-
-
-def wanted(roots) -> bool:
-    """Does a module whose library calls have these roots run a kernel on oneDNN's f32
-    GEMM?  (Other dtypes' kernels were not measured; they are left as they were.)"""
-    return any(r.op in GEMM_OPS and r.dtype == dt.F32 for r in roots)
 
 
 def start() -> threading.Thread | None:
