@@ -3,13 +3,10 @@
 TF's CPU MatMul and convolution kernels, which tfjit's dots and convolutions run
 (codegen/library.py), reach oneDNN's f32 GEMM (Eigen's contraction kernel calls
 ``dnnl_sgemm``), and oneDNN generates that GEMM's machine code (xbyak) once per
-process, at its first call.  In a first call of a train step that was 20-35 ms
-of the launch's first run: by ``perf`` of the softmax regression step's first run
+process, at its first call.  By ``perf`` of the softmax regression step's first run
 (Intel Sapphire Rapids, 2 cores), 23% of its samples were
 ``avx512_common_gemm_f32::get_xbyak_gemm`` and most of the rest the page faults of
-fresh memory; with three small eager MatMuls run before it, that first run took
-11-12 ms instead of 47-79 (scratch script, 2026-12-05, the machine loaded).  XLA's
-own dots do not pay it, so its first call did not either.
+fresh memory.  XLA's own dots do not pay it, so its first call did not either.
 
 So when the JIT compiles a module that calls such a kernel
 (``codegen/library.py``: ``runs_onednn_gemm``), a thread (once per
@@ -17,7 +14,10 @@ process) runs the small products then: its cost overlaps the module's code
 generation and LLVM, which run on the calling thread and in the compile server.
 The products are tiny and their results dropped; a failure there is ignored (the
 first run then pays the cost, as before).  TF's eager kernels are thread-safe, and
-the thread holds the GIL only to dispatch each op.
+the thread holds the GIL only to dispatch each op.  ``train_bench.py --compile-profile``
+(2026-12-05, same machine): the first run of four train steps 16-20 ms shorter, their
+first call only 5-15 ms (on 2 cores the thread slows the LLVM and emit phases it
+overlaps; docs/performance.md).
 """
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ def start() -> threading.Thread | None:
 
 
 def _run() -> None:
-    """Each transposition TF's gradients use: Eigen packs the operands, so the GEMM's
-    generated code is the same for all shapes; 64 is past Eigen's small-product path."""
+    """The plain product and the two transposed ones a train step's gradients run
+    (whether fewer would do was not measured); the measured effect is the module
+    docstring's."""
     try:
         import tensorflow as tf
         with tf.device("/CPU:0"):
