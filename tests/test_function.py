@@ -46,6 +46,21 @@ def test_softmax_is_one_pass_over_memory(rng):
     assert compiled.plan.temp_bytes == []                       # nothing written but the output
 
 
+def test_exp_scales_by_vscalef_where_the_host_has_avx512(rng):
+    """The JIT's target takes exp's 2^n as AVX-512's vscalefps where this CPU has it
+    (decided at run time from the features it compiles for) and integer ops elsewhere;
+    tests/test_mathlib.py compiles both kinds on any host and checks they agree bit
+    for bit."""
+    from tfjit.codegen import llvm_target
+    x = tf.constant(rng.standard_normal((64, 1000), dtype=np.float32))
+    f = tfjit.function(tf.nn.softmax)
+    assert_matches(f(x).numpy(), tf.nn.softmax(x).numpy())
+    asm = f.compiled(x).code.asm()
+    avx512 = llvm_target.has_feature(llvm_target.features(), "avx512f")
+    assert bool(re.search(r"vscalefps\s+.*%zmm", asm)) is avx512
+    assert "ldexpf" not in asm
+
+
 def test_recompiles_once_per_signature():
     f = tfjit.function(lambda a, b: a + b)
     f(tf.ones([1, 10]), tf.ones([1, 10]))

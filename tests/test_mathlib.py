@@ -41,12 +41,15 @@ def target_machine() -> llvm.TargetMachine:
         features=llvm.get_host_cpu_features().flatten(), opt=3)
 
 
-def build_loop(name: str, dtype, nargs: int) -> ir.Module:
-    """``void kernel(T* out, T* a[, T* b], i64 n)``: out[i] = name(a[i], ...)."""
+def build_loop(name: str, dtype, nargs: int, native_ldexp: bool = False,
+               tm: llvm.TargetMachine | None = None) -> ir.Module:
+    """``void kernel(T* out, T* a[, T* b], i64 n)``: out[i] = name(a[i], ...), for
+    ``tm`` (the host's by default)."""
+    tm = tm or target_machine()
     ty, ptr, i64 = _IR_TYPES[dtype], ir.PointerType(), ir.IntType(64)
     mod = ir.Module(name=f"mathlib_{name}")
-    mod.triple = target_machine().triple
-    mod.data_layout = str(target_machine().target_data)
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ptr] * (1 + nargs)
                                           + [i64]), "kernel")
     for arg in fn.args[:-1]:
@@ -61,7 +64,7 @@ def build_loop(name: str, dtype, nargs: int) -> ir.Module:
     i.add_incoming(i64(0), entry)
     ins = [b.load(b.gep(p, [i], inbounds=True, source_etype=ty), typ=ty)
            for p in fn.args[1:-1]]
-    out = mathlib.emit(b, name, ins)
+    out = mathlib.emit(b, name, ins, native_ldexp=native_ldexp)
     b.store(out, b.gep(fn.args[0], [i], inbounds=True, source_etype=ty))
     nxt = b.add(i, i64(1))
     i.add_incoming(nxt, body)
@@ -71,20 +74,20 @@ def build_loop(name: str, dtype, nargs: int) -> ir.Module:
     return mod
 
 
-def optimise(mod: ir.Module) -> llvm.ModuleRef:
+def optimise(mod: ir.Module, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
     """Parse, verify and run tfjit's own pipeline (``llvm_target.optimise``: O3, both
     vectorisers on, as the compiled kernels get it)."""
     ref = llvm.parse_assembly(str(mod))
     ref.verify()
-    llvm_target.optimise(ref, target_machine())
+    llvm_target.optimise(ref, tm or target_machine())
     return ref
 
 
 @functools.cache
-def compiled(name: str, dtype):
+def compiled(name: str, dtype, native_ldexp: bool = False):
     """(engine, ctypes kernel, optimised module) for name/dtype; cached."""
     nargs = 2 if name in ("atan2", "pow") else 1
-    ref = optimise(build_loop(name, dtype, nargs))
+    ref = optimise(build_loop(name, dtype, nargs, native_ldexp))
     engine = llvm.create_mcjit_compiler(ref, target_machine())
     engine.finalize_object()
     cptr = ctypes.POINTER(ctypes.c_float if dtype is F32 else ctypes.c_double)
@@ -93,8 +96,8 @@ def compiled(name: str, dtype):
     return engine, kernel, ref
 
 
-def run(name: str, dtype, *inputs: np.ndarray) -> np.ndarray:
-    _, kernel, _ = compiled(name, dtype)
+def run(name: str, dtype, *inputs: np.ndarray, native_ldexp: bool = False) -> np.ndarray:
+    _, kernel, _ = compiled(name, dtype, native_ldexp)
     ins = [np.ascontiguousarray(a, dtype=dtype) for a in inputs]
     out = np.empty_like(ins[0])
     cptr = ctypes.POINTER(ctypes.c_float if dtype is F32 else ctypes.c_double)
@@ -310,6 +313,55 @@ def test_every_float32_function_vectorises(name):
     asm = target_machine().emit_assembly(compiled(name, F32)[2])
     assert re.search(r"v\w+p[sd]\s+.*%[yz]mm", asm), "no packed vector math"
     assert not re.search(r"\bcall", asm)
+
+
+# The functions whose float32 code ends in exp's ldexp (mathlib._exp).
+LDEXP_USERS = ("exp", "sigmoid", "softplus")
+
+
+@pytest.mark.parametrize("name", LDEXP_USERS)
+def test_native_ldexp_gives_the_same_bits(name):
+    """exp's 2^n by llvm.ldexp (AVX-512 targets) or by integer ops (the rest) must not
+    change a bit, so the choice the target makes cannot change a result.  Runs on any
+    host: without AVX-512, LLVM makes the ldexp a libm call (slow, still exact).  The
+    inputs: the accuracy test's, uniform over exp's whole range, and dense grids over
+    the overflow edge (88.72), the denormal results (below -87.3) and around 0."""
+    rng = np.random.default_rng(7)
+    edges = [np.linspace(lo, hi, 100_001, dtype=F32) for lo, hi in
+             ((-104.5, -86.0), (87.0, 89.5), (-1.0, 1.0))]
+    x = np.concatenate([unary_inputs("exp"), rng.uniform(-110, 100, 400_000).astype(F32)]
+                       + edges)
+    if name != "exp":
+        x = np.concatenate([x, -x])
+    want = run(name, F32, x)
+    got = run(name, F32, x, native_ldexp=True)
+    differ = np.flatnonzero(want.view(np.int32) != got.view(np.int32))
+    assert differ.size == 0, (f"{differ.size} results differ, first x={x[differ[0]]!r}: "
+                              f"{want[differ[0]]!r} vs {got[differ[0]]!r}")
+
+
+@pytest.mark.parametrize("cpu, features, scalef", [
+    ("skylake-avx512", "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,-prefer-256-bit",
+     True),
+    ("haswell", "+avx2,+fma,-avx512f", False)])
+def test_exp_code_for_both_kinds_of_cpu(cpu, features, scalef):
+    """What tfjit's targets choose for each CPU kind, compiled (not run) on any host: an
+    AVX-512 target gets exp's 2^n as packed vscalefps; an AVX2 one keeps the integer
+    ops (ldexp there would be a scalar libm call per element).  Both have no call."""
+    assert llvm_target.has_feature(features, "avx512f") is scalef
+    tm = llvm.Target.from_default_triple().create_target_machine(cpu=cpu, features=features,
+                                                                  opt=3)
+    asm = tm.emit_assembly(optimise(build_loop("exp", F32, 1, scalef, tm), tm))
+    assert bool(re.search(r"vscalefps\s+.*%zmm", asm)) is scalef
+    assert re.search(r"vfmadd\w*ps\s+.*%[yz]mm", asm), "no packed fma"
+    assert not re.search(r"\bcall", asm), "libm call left in the loop"
+
+
+def test_has_feature_reads_the_last_mention():
+    assert llvm_target.has_feature("+avx2,+avx512f", "avx512f")
+    assert not llvm_target.has_feature("+avx512f,-avx512f", "avx512f")
+    assert not llvm_target.has_feature("+avx512fp16", "avx512f")
+    assert not llvm_target.has_feature("", "avx512f")
 
 
 def test_emit_rejects_bad_calls():

@@ -28,7 +28,7 @@ import time
 
 from tfjit import settings
 from tfjit import dtypes as dt
-from tfjit.codegen import control, lanes, library, llvm_cpu, nvptx, objcache, tiering
+from tfjit.codegen import control, lanes, library, llvm_cpu, llvm_target, nvptx, objcache, tiering
 from tfjit.codegen.elemental import MESSAGES
 from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.graph.graphdef import Graph
@@ -245,7 +245,8 @@ def jit_target() -> Target:
     env = llvm_cpu.target_env(compiler)
     return Target("cpu-jit", env["triple"], env["data_layout"], runtime_calls=True,
                   onednn=settings.onednn_enabled(), compiler=compiler,
-                  verify_sharing=settings.flags().tfjit_verify_ir)
+                  verify_sharing=settings.flags().tfjit_verify_ir,
+                  vector_ldexp=llvm_target.has_feature(env["features"], "avx512f"))
 
 
 class TooLarge(Exception):

@@ -84,7 +84,8 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
     optimized = pipeline.optimize(m)
     # dot and convolution call the AOT runtime (aot/runtime.py), not the op library
     aot = codegen_target.Target("tfjit-aot", triple, str(tm.target_data), runtime_calls=False,
-                                library_prefix="tfjit_aot_rt_")
+                                library_prefix="tfjit_aot_rt_",
+                                vector_ldexp=llvm_target.has_feature(features, "avx512f"))
     try:
         emitted = pipeline.emit(optimized, aot, prefix)
     except codegen_target.NotForTarget as e:

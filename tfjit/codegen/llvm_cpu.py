@@ -18,6 +18,7 @@ it is imported (``llvm_target``) only on the in-process path and in the server.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 
@@ -150,8 +151,7 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     for n, f in enumerate(fusions):
         name = bounded_name(f"{prefix}.k{n}")
         if keyed is not None and f.kind in body_sharing.KEYED:
-            steps += _emit_keyed(module, f, plan, name, messages, bodies, keyed,
-                                 target.verify_sharing)
+            steps += _emit_keyed(module, f, plan, name, messages, bodies, keyed, target)
             continue
         new = EMITTERS[f.kind](module, f, plan, name, messages, target)
         if bodies is not None:
@@ -161,18 +161,17 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     return steps
 
 
-def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict,
-                verify: bool) -> list:
+def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict, target) -> list:
     """A CPU loop or reduce kernel whose body another kernel with its ``body_key`` may
-    have emitted already (then only its wrapper is made, unless ``verify``)."""
+    have emitted already (then only its wrapper is made, unless ``target.verify_sharing``)."""
     key = body_sharing.body_key(f, plan)
     hit = keyed.get(key)
-    if hit is not None and not verify:
+    if hit is not None and not target.verify_sharing:
         for body in hit.values():       # called by several wrappers now: see share_body
             body_sharing.mark_shared(body)
-        return KernelEmitter(module, mathlib.emit, f, plan, name, messages, reuse=hit).emit()
+        return KernelEmitter(module, _math(target), f, plan, name, messages, reuse=hit).emit()
     names = set(module.globals)
-    emitter = KernelEmitter(module, mathlib.emit, f, plan, name, messages)
+    emitter = KernelEmitter(module, _math(target), f, plan, name, messages)
     steps = emitter.emit()
     for symbol, _, _ in steps:
         body_sharing.share_body(module, symbol, bodies)
@@ -188,6 +187,11 @@ def _emit_keyed(module, f, plan, name, messages, bodies: dict, keyed: dict,
     if not emitter.reported and not own and None not in called.values():
         keyed[key] = called
     return steps
+
+
+def _math(target):
+    """mathlib's emitter for ``target``'s code (its vector ldexp, codegen/target.py)."""
+    return functools.partial(mathlib.emit, native_ldexp=target.vector_ldexp)
 
 
 def _library(module, f, plan, name, messages, target) -> list:
@@ -207,7 +211,7 @@ def _control(module, f, plan, name, messages, target) -> list:
 def _emitter(cls):
     """A kernel emitted by an emitter class (``emitter.KernelEmitter`` and its kinds)."""
     return lambda module, f, plan, name, messages, target: \
-        cls(module, mathlib.emit, f, plan, name, messages, gpu=bool(target.gpu_arch),
+        cls(module, _math(target), f, plan, name, messages, gpu=bool(target.gpu_arch),
             warp=lanes.WARP if target.triple.startswith("nvptx") else 1).emit()
 
 

@@ -56,6 +56,17 @@ def features() -> str:
     return host + ",-prefer-256-bit" if "+avx512f" in host else host
 
 
+def has_feature(features: str, name: str) -> bool:
+    """Whether an LLVM feature string ("+avx2,-avx512f,...": the last mention wins)
+    turns ``name`` on.  A CPU name's implied features are not known here, so a
+    feature the string does not mention counts as off."""
+    on = False
+    for item in features.split(","):
+        if item[1:] == name:
+            on = item[0] == "+"
+    return on
+
+
 def cpu_fingerprint() -> str:
     """What the machine code depends on besides its IR: target triple, host CPU name and the
     features it was compiled for.  Part of the persistent cache key (``objcache``), so code
@@ -177,10 +188,11 @@ def emit_object(tm, llvm_ir: str) -> tuple:
 
 
 def env(tm) -> dict:
-    """{"triple", "data_layout", "cpu", "llvm"} of the code ``tm`` generates."""
+    """{"triple", "data_layout", "cpu", "features", "llvm"} of the code ``tm`` generates."""
     llvm = binding()
     return {"triple": llvm.get_process_triple(), "data_layout": str(tm.target_data),
-            "cpu": cpu_fingerprint(), "llvm": ".".join(map(str, llvm.llvm_version_info))}
+            "cpu": cpu_fingerprint(), "features": features(),
+            "llvm": ".".join(map(str, llvm.llvm_version_info))}
 
 
 # ---------------------------------------------------------------- NVPTX (codegen/nvptx.py)

@@ -6,9 +6,10 @@ builder's position and returns the result value; it adds no basic blocks.
 * float32: range reduction + minimax polynomials, written only with
   ``fma``/``select``/bitcasts/integer ops and vector-friendly intrinsics
   (``llvm.fma``, ``fabs``, ``copysign``, ``rint``, ``floor``, ``minnum``,
-  ``maxnum``).  Calls to libm or ``llvm.exp`` are not vectorised on CPU (no
-  vector math library), so a loop calling these would stay scalar; this code
-  lets the loop vectoriser widen such loops to zmm/ymm.
+  ``maxnum``; ``ldexp`` where the target has it as a vector instruction).
+  Calls to libm or ``llvm.exp`` are not vectorised on CPU (no vector math
+  library), so a loop calling these would stay scalar; this code lets the
+  loop vectoriser widen such loops to zmm/ymm.
 * float64: calls to libm (``exp``, ``atan2``, ...), declared on demand in
   ``builder.module``; correctness over speed, not vectorised.
 
@@ -75,8 +76,9 @@ _POW_EXP2_P = tuple(math.log(2.0) ** k / math.factorial(k) for k in range(10))
 class _Ops:
     """Typed helpers over an IRBuilder for one float type (f32 or f64)."""
 
-    def __init__(self, builder: ir.IRBuilder, ty: ir.Type):
+    def __init__(self, builder: ir.IRBuilder, ty: ir.Type, native_ldexp: bool = False):
         self.b, self.ty = builder, ty
+        self.native_ldexp = native_ldexp
         wide = isinstance(ty, ir.DoubleType)
         self.ity = ir.IntType(64 if wide else 32)
         self.mant, self.bias = (52, 1023) if wide else (23, 127)
@@ -196,7 +198,16 @@ def _exp_reduce(o, x, lo=None, hi=None):
 
 def _ldexp(o, p, n):
     """p * 2^n for n in [-252, 254] with a single rounding: two normal-range
-    factors, so denormal results round once and large n overflows to inf."""
+    factors, so denormal results round once and large n overflows to inf.
+    With ``native_ldexp``, ``llvm.ldexp`` (the same single rounding), which
+    the loop vectoriser widens and LLVM lowers to one AVX-512 ``vscalefps``
+    in place of the eight integer and float operations (elsewhere it is a
+    scalar libm call: the target decides, codegen/target.py)."""
+    if o.native_ldexp:
+        name = f"llvm.ldexp.{o.suffix}.{o.ity}"
+        fn = o.b.module.globals.get(name) or ir.Function(
+            o.b.module, ir.FunctionType(o.ty, [o.ty, o.ity]), name)
+        return o.b.call(fn, [p, n])
     n1 = o.b.ashr(n, o.i(1))
     return o.mul(o.mul(p, o.pow2(n1)), o.pow2(o.b.sub(n, n1)))
 
@@ -474,10 +485,13 @@ SUPPORTED: frozenset[str] = frozenset(_EMIT_F32)
 assert SUPPORTED == frozenset(_EMIT_F64)
 
 
-def emit(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+def emit(builder: ir.IRBuilder, name: str, args: list[ir.Value], *,
+         native_ldexp: bool = False) -> ir.Value:
     """Emit ``name(*args)`` at the builder's position; args are all float or
-    all double scalars.  Raises ValueError for an unknown name or a wrong
-    argument count, TypeError for other argument types."""
+    all double scalars.  ``native_ldexp``: the target has a vector ldexp
+    instruction (``Target.vector_ldexp``; see ``_ldexp``).  Raises ValueError
+    for an unknown name or a wrong argument count, TypeError for other
+    argument types."""
     if name not in SUPPORTED:
         raise ValueError(f"mathlib: no emitter for {name!r}")
     if len(args) != _ARITY.get(name, 1):
@@ -492,4 +506,4 @@ def emit(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
         table = _EMIT_F64
     else:
         raise TypeError(f"mathlib: {name} needs float or double, got {ty}")
-    return table[name](_Ops(builder, ty), *args)
+    return table[name](_Ops(builder, ty, native_ldexp), *args)

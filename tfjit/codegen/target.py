@@ -21,6 +21,11 @@ IR, and everything it needs to know about where the code will run is here:
   this process, with MCJIT); None for AOT, whose object is written, not loaded;
 * ``verify_sharing``: kernels that share a body found by key (codegen/body_sharing.py)
   emit theirs too, to check it is the same code (``--tfjit_verify_ir``: the tests).
+* ``vector_ldexp``: the CPU scales by a power of two in one vector instruction
+  (AVX-512's ``vscalefps``), so mathlib's exp ends in ``llvm.ldexp``; elsewhere LLVM
+  makes that a scalar libm call per element, and exp builds 2^n from integer ops
+  (bit-identical results either way: tests/test_mathlib.py).  Decided from the
+  features the code is compiled for (``llvm_target.has_feature``).
 
 The choices that once came from globals (flags, TF's oneDNN switch) are made
 once, by whoever builds the Target (``pipeline.jit_target()`` for the JIT,
@@ -56,6 +61,7 @@ class Target:
     compiler: Compiler | None = None    # the JIT's LLVM (see above); None: AOT
     gpu_arch: str = ""                  # "sm_90": an NVPTX target (see above)
     verify_sharing: bool = False        # re-emit shared bodies and compare (see above)
+    vector_ldexp: bool = False          # AVX-512 vscalef for exp's 2^n (see above)
 
 
 class NotForTarget(Exception):
