@@ -340,6 +340,21 @@ def test_native_ldexp_gives_the_same_bits(name):
                               f"{want[differ[0]]!r} vs {got[differ[0]]!r}")
 
 
+@pytest.mark.parametrize("name", ["exp", "sigmoid", "softplus"])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_denormal_argument_gives_the_zero_result(name, dtype):
+    """elemental.py skips DAZ (reading a denormal argument as a zero of its sign, as TF's
+    code does) for these functions, because their result is the same bits either way."""
+    tiny = np.finfo(dtype).smallest_normal
+    rng = np.random.default_rng(3)
+    mags = np.concatenate([[np.finfo(dtype).smallest_subnormal, tiny * (1 - np.finfo(dtype).eps)],
+                           rng.uniform(0, 1, 1000) * tiny]).astype(dtype)
+    x = np.concatenate([mags, -mags])
+    zeros = np.where(np.signbit(x), dtype(-0.0), dtype(0.0)).astype(dtype)
+    got, want = run(name, dtype, x), run(name, dtype, zeros)
+    assert np.array_equal(got.view(f"i{got.itemsize}"), want.view(f"i{want.itemsize}"))
+
+
 @pytest.mark.parametrize("cpu, features, scalef", [
     ("skylake-avx512", "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+fma,-prefer-256-bit",
      True),
