@@ -4,6 +4,9 @@ The kernels here are written with llvmlite directly (no tfjit compiler), with
 the ABI signature ``void fn(void** bufs, int64 row_begin, int64 row_end)``.
 """
 import os
+import re
+import subprocess
+import sys
 import threading
 
 import llvmlite.binding as llvm
@@ -319,6 +322,22 @@ def record_block(r, i):             # bufs: x (int64 row numbers), out: [row_beg
 # parallel.cc's split of a step (RunSplit): inline below INLINE_COST cycles, else blocks of at
 # least BLOCK_COST cycles (and at most four per thread)
 INLINE_COST, BLOCK_COST = 50000, 20000
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux CPU affinity")
+def test_split_steps_pinned_to_one_core_run_every_row_once():
+    """Pinned to one core with a 2-thread pool, every helper that RunSplit wakes starts on
+    the caller's core, so each wakes one more (parallel.cc Help): the split-step test
+    below, run so, must still find every row run exactly once in contiguous blocks."""
+    cpu = min(os.sched_getaffinity(0))
+    env = dict(os.environ, TF_NUM_INTRAOP_THREADS="2", TF_NUM_INTEROP_THREADS="2")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "a_split_step_runs_every_row_once"], env=env, capture_output=True, text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=600,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    assert run.returncode == 0 and re.search(r"\b7 passed", run.stdout), \
+        run.stdout[-3000:] + run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("rows,cost", [(49, 1000), (50, 1000), (97, 1000), (1 << 16, 1),
