@@ -69,7 +69,7 @@ def host_has_native_f16() -> bool:
     """Whether this CPU has AVX512-FP16, where XLA's f16 code fuses multiply-adds (decided
     at run time: the same suite runs on AMD EPYC, which has none, and Sapphire Rapids)."""
     from tfjit.codegen import llvm_target      # the features tfjit compiles for
-    return "+avx512fp16" in llvm_target.features().split(",")
+    return llvm_target.has_feature(llvm_target.features(), "avx512fp16")
 
 
 def _graph(op: str, d, shapes=SHAPES):

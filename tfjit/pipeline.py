@@ -246,7 +246,7 @@ def jit_target() -> Target:
     return Target("cpu-jit", env["triple"], env["data_layout"], runtime_calls=True,
                   onednn=settings.onednn_enabled(), compiler=compiler,
                   verify_sharing=settings.flags().tfjit_verify_ir,
-                  vector_ldexp=llvm_target.has_feature(env.get("features", ""), "avx512f"))
+                  vector_ldexp=llvm_target.vector_ldexp(env.get("features", "")))
 
 
 class TooLarge(Exception):

@@ -36,7 +36,7 @@ _SCALAR_F64 = frozenset({Op.ASIN, Op.ACOS})
 # sigmoid 0.5, softplus ln 2, all exactly), so reading it as zero changes nothing and
 # would cost exp's loop 4 of its ~30 instructions per vector (tests/test_mathlib.py checks
 # the equality; tests/test_ops.py's special values compare denormals with TF).
-_DENORMAL_AS_ZERO = frozenset({Op.EXP, Op.LOGISTIC, Op.SOFTPLUS})
+_NO_DAZ_NEEDED = frozenset({Op.EXP, Op.LOGISTIC, Op.SOFTPLUS})
 # no DAZ on these operands: TF passes denormals to the C library too (tan(1e-40) is 1e-40)
 _LIBM = {Op.LOG_LIBM: "log", Op.SIN_LIBM: "sin", Op.COS_LIBM: "cos", Op.EXPM1_LIBM: "expm1",
          Op.TAN: "tan", Op.SINH: "sinh", Op.COSH: "cosh", Op.ASINH: "asinh", Op.ACOSH: "acosh"}
@@ -94,7 +94,7 @@ class Elemental:
         if op is Op.POW:
             return self.math(b, "pow", [self._daz(x), self._daz(y)])
         if op in _MATH:
-            if op in _DENORMAL_AS_ZERO or (op in _SCALAR_F64 and t == ir.DoubleType()):
+            if op in _NO_DAZ_NEEDED or (op in _SCALAR_F64 and t == ir.DoubleType()):
                 return self.math(b, _MATH[op], args)
             return self.math(b, _MATH[op], [self._daz(a) for a in args])
         if op in _FINTRINSIC:

@@ -53,7 +53,7 @@ def features() -> str:
     """Host features; wide vectors preferred (LLVM defaults to 256-bit on AVX-512 parts,
     which halves the throughput of the memory-bound loops tfjit emits)."""
     host = binding().get_host_cpu_features().flatten()
-    return host + ",-prefer-256-bit" if "+avx512f" in host else host
+    return host + ",-prefer-256-bit" if has_feature(host, "avx512f") else host
 
 
 def has_feature(features: str, name: str) -> bool:
@@ -65,6 +65,13 @@ def has_feature(features: str, name: str) -> bool:
         if item[1:] == name:
             on = item[0] == "+"
     return on
+
+
+def vector_ldexp(features: str) -> bool:
+    """Whether code for ``features`` scales by 2^n in one vector instruction (AVX-512's
+    vscalefps), so mathlib's exp may end in ``llvm.ldexp`` (``Target.vector_ldexp``);
+    elsewhere LLVM makes that intrinsic a scalar libm call per element."""
+    return has_feature(features, "avx512f")
 
 
 def cpu_fingerprint() -> str:
