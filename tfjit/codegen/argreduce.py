@@ -96,7 +96,12 @@ class ArgReductionRows:
                 b.store(b.select(better, v, cur), best)
                 b.store(b.select(better, j, b.load(where, typ=I64)), where)
             return b.load(best, typ=t), b.load(where, typ=I64)
-        buf = self._entry_alloca(t, ARG_BLOCK)
+        # An operand read as stored is read again by the search (the block, 1 KB, is still
+        # in L1); a computed one is kept in a stack buffer rather than computed twice.  (The
+        # buffer for a plain read made LLVM copy each block with a call to memcpy, and the
+        # last-axis argmax of [8192, 2048] took twice the CPU time of its max.)
+        reread = x in self.reads
+        buf = None if reread else self._entry_alloca(t, ARG_BLOCK)
         top = self._entry_alloca(t)
         found = self._entry_alloca(I64)
         blocks = b.sdiv(b.add(b.sub(stop, start), i64(ARG_BLOCK - 1)), i64(ARG_BLOCK))
@@ -107,19 +112,21 @@ class ArgReductionRows:
             b.store(const(x.dtype, arg_start(kind, x.dtype)), top)
             with for_range(b, 0, count, "e", no_unroll(self.module)) as e, self._scope():
                 v = self.value(x, idx + (b.add(lo, e),))
-                b.store(v, b.gep(buf, [e], source_etype=t))
+                if buf is not None:
+                    b.store(v, b.gep(buf, [e], source_etype=t))
                 b.store(self._extreme(kind, x.dtype, b.load(top, typ=t), v), top)
             m = b.load(top, typ=t)
             with b.if_then(self._better(kind, x.dtype, m, b.load(best, typ=t)), likely=False):
                 b.store(m, best)
-                # the block's first element equal to m: scanned backwards, the last hit wins
-                b.store(i64(0), found)
-                with for_range(b, 0, count, "s", no_unroll(self.module)) as s:
-                    e = b.sub(b.sub(count, i64(1)), s)
-                    hit = b.fcmp_ordered("==", b.load(b.gep(buf, [e], source_etype=t), typ=t), m) \
-                        if x.dtype.is_float else \
-                        b.icmp_unsigned("==", b.load(b.gep(buf, [e], source_etype=t), typ=t), m)
-                    b.store(b.select(hit, e, b.load(found, typ=I64)), found)
+                # the block's first element equal to m: the least index of a hit (a min
+                # reduction, which LLVM vectorises); m is one of the block's values
+                b.store(count, found)
+                with for_range(b, 0, count, "s", no_unroll(self.module)) as e, self._scope():
+                    v = self.value(x, idx + (b.add(lo, e),)) if reread else \
+                        b.load(b.gep(buf, [e], source_etype=t), typ=t)
+                    hit = b.fcmp_ordered("==", v, m) if x.dtype.is_float else b.icmp_unsigned("==", v, m)
+                    b.store(intrinsic(b, "smin", I64, [b.load(found, typ=I64), b.select(hit, e, count)]),
+                            found)
                 b.store(b.add(lo, b.load(found, typ=I64)), where)
         return b.load(best, typ=t), b.load(where, typ=I64)
 
