@@ -416,3 +416,43 @@ def test_usage_and_saved_model_errors(tf, tmp_path, capsys):
     err = _error(tmp_path, capsys, ["--graph", pb, "--config", cfg, "--cpp_class", "M",
                                     "--out_prefix", tmp_path / "e", "--target_triple", "aarch64-linux-gnu"])
     assert "x86-64 code only" in err
+
+
+EXP_CONFIG = """
+feed { id { node_name: "x" } shape { dim { size: 8 } dim { size: 300 } } name: "x" }
+fetch { id { node_name: "e" } name: "e" }
+"""
+
+
+@pytest.mark.parametrize("cpu,features,scalef", [("x86-64", "+avx2,+fma", False),
+                                                  ("skylake-avx512", "", True)],
+                         ids=["avx2", "avx512"])
+def test_exp_scaling_follows_the_requested_target(tf, tmp_path, rng, cpu, features, scalef):
+    """f32 exp's 2^n: one vscalefps where the requested target has AVX-512, integer
+    operations elsewhere, never a call to libm's ldexpf (llvm.ldexp without AVX-512).
+    The choice follows --target_cpu/--target_features, not the host; the object runs
+    where the host has the target's instructions (decided here, at run time)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 300], name="x")
+        tf.identity(tf.exp(x) * 0.5 + x, name="e")
+    pb, cfg = _save(tmp_path, g, EXP_CONFIG)
+    prefix = tmp_path / "expo"
+    args = [f"--graph={pb}", f"--config={cfg}", "--cpp_class=Expo", f"--out_prefix={prefix}",
+            f"--target_cpu={cpu}"] + ([f"--target_features={features}"] if features else [])
+    assert _aot(args) == 0
+    text = subprocess.run(["objdump", "-d", f"{prefix}.o"], check=True, capture_output=True,
+                          text=True).stdout
+    assert ("vscalefps" in text) == scalef
+    assert not any(s.startswith("ldexp") for s in _undefined(f"{prefix}.o"))
+    from tfjit.codegen import llvm_target
+    host = llvm_target.features()
+    if not llvm_target.has_feature(host, "avx512f" if scalef else "avx2"):
+        return
+    exe = _build(tmp_path, prefix, "Expo")
+    data = rng.standard_normal((8, 300)).astype(np.float32) * 40
+    data[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    want = _session_run(tf, g, ["e:0"], {"x:0": data})
+    run = _run(exe, tmp_path, [data])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert_matches(_results(tmp_path, want)[0], want[0], what=f"exp for {cpu}")

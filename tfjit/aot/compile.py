@@ -85,7 +85,7 @@ def compile_cluster(cluster: Cluster, prefix: str, target: Target = Target()) ->
     # dot and convolution call the AOT runtime (aot/runtime.py), not the op library
     aot = codegen_target.Target("tfjit-aot", triple, str(tm.target_data), runtime_calls=False,
                                 library_prefix="tfjit_aot_rt_",
-                                vector_ldexp=llvm_target.vector_ldexp(features))
+                                vector_ldexp=llvm_target.machine_vector_ldexp(tm))
     try:
         emitted = pipeline.emit(optimized, aot, prefix)
     except codegen_target.NotForTarget as e:

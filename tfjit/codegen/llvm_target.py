@@ -74,6 +74,19 @@ def vector_ldexp(features: str) -> bool:
     return has_feature(features, "avx512f")
 
 
+def machine_vector_ldexp(tm) -> bool:
+    """``vector_ldexp`` for target machine ``tm``, asked of its code generator: whether a
+    vector ``llvm.ldexp`` compiles without a call.  For tfjit-aot, whose ``--target_cpu``
+    may name a CPU (skylake-avx512) whose features are not spelled out."""
+    llvm = binding()
+    mod = llvm.parse_assembly(
+        "declare <8 x float> @llvm.ldexp.v8f32.v8i32(<8 x float>, <8 x i32>)\n"
+        "define <8 x float> @probe(<8 x float> %x, <8 x i32> %n) {\n"
+        "  %r = call <8 x float> @llvm.ldexp.v8f32.v8i32(<8 x float> %x, <8 x i32> %n)\n"
+        "  ret <8 x float> %r\n}\n")
+    return "ldexp" not in tm.emit_assembly(mod).replace("llvm.ldexp", "")
+
+
 def cpu_fingerprint() -> str:
     """What the machine code depends on besides its IR: target triple, host CPU name and the
     features it was compiled for.  Part of the persistent cache key (``objcache``), so code

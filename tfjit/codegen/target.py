@@ -25,7 +25,9 @@ IR, and everything it needs to know about where the code will run is here:
   (AVX-512's ``vscalefps``), so mathlib's exp ends in ``llvm.ldexp``; elsewhere LLVM
   makes that a scalar libm call per element, and exp builds 2^n from integer ops
   (bit-identical results either way: tests/test_mathlib.py).  Decided from the
-  features the code is compiled for (``llvm_target.vector_ldexp``).
+  features the code is compiled for (``llvm_target.vector_ldexp``: the compile
+  server's for the JIT), or for tfjit-aot by asking its target machine
+  (``machine_vector_ldexp``: ``--target_cpu`` may name a CPU without its features).
 
 The choices that once came from globals (flags, TF's oneDNN switch) are made
 once, by whoever builds the Target (``pipeline.jit_target()`` for the JIT,
