@@ -120,6 +120,19 @@ def test_erfc(case):
     check(case)
 
 
+def test_exact_gelu_matches_tf_and_its_loop_interleaves():
+    """tf.nn.gelu (exact: 0.5 x erfc(-x / sqrt 2), Keras's default) over a large input
+    matches TF, and the CPU element loop runs two vectors an iteration (emitter's
+    _elements_md): one packed division each, where a loop of one vector has one."""
+    x = tf.constant(np.random.default_rng(11).standard_normal((64, 4099)).astype(np.float32) * 6)
+    fn = tfjit.function(tf.nn.gelu, jit_compile=True)
+    assert_matches(fn(x).numpy(), tf.function(tf.nn.gelu)(x).numpy(), rtol=2e-5, atol=1e-6,
+                   what="exact GELU")
+    import re
+    asm = fn.compiled(x).code.asm()
+    assert len(re.findall(r"\bv?divps\b", asm)) >= 2, asm
+
+
 # ------------------------------------------------- OneHot, L2Loss, BiasAddGrad
 
 def _one_hot(on, off, depths=(4, 1, 0), axes=(-1, 0, 1)):

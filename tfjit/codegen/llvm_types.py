@@ -86,6 +86,13 @@ def no_vectorize(module: ir.Module) -> ir.values.MDValue:
     return _LoopID(module, [hint], name=str(len(module.metadata)))
 
 
+def interleave(module: ir.Module, count: int) -> ir.values.MDValue:
+    """Loop metadata asking the vectoriser to interleave ``count`` vector iterations."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
+                                ir.Constant(ir.IntType(32), count)])
+    return _LoopID(module, [hint], name=str(len(module.metadata)))
+
+
 @contextlib.contextmanager
 def for_range(b: ir.IRBuilder, start, stop, name: str = "i", loop_md=None, step: int = 1):
     """``for (i = start; i < stop; i += step)``; yields the induction variable.
