@@ -172,6 +172,11 @@ def gelu(x):
     return 0.5 * x * (1.0 + tf.math.erf(x * np.float32(1 / np.sqrt(2.0))))
 
 
+def gelu_exact(x):
+    """Keras's and tf.nn.gelu's default, exact GELU: TF computes 0.5 x erfc(-x / sqrt 2)."""
+    return tf.nn.gelu(x, approximate=False)
+
+
 def small(x, y):
     return tf.nn.relu(x * y + 1.0)
 
@@ -182,6 +187,7 @@ WORKLOADS = [
     ("softmax", "softmax, 8192x1024", softmax, [(8192, 1024)], 2),
     ("layernorm", "layernorm, 8192x1024", layernorm, [(8192, 1024)], 2),
     ("gelu", "GELU (erf), 4096x4096", gelu, [(4096, 4096)], 2),
+    ("gelu_exact", "tf.nn.gelu (exact: erfc), 4096x4096", gelu_exact, [(4096, 4096)], 2),
     ("latency", "per-call latency, 16x16", small, [(16, 16)] * 2, 3),
 ]
 
