@@ -124,9 +124,10 @@ class ArgReductionRows:
                 with for_range(b, 0, count, "s", no_unroll(self.module)) as e, self._scope():
                     v = self.value(x, idx + (b.add(lo, e),)) if reread else \
                         b.load(b.gep(buf, [e], source_etype=t), typ=t)
-                    hit = b.fcmp_ordered("==", v, m) if x.dtype.is_float else b.icmp_unsigned("==", v, m)
-                    b.store(intrinsic(b, "smin", I64, [b.load(found, typ=I64), b.select(hit, e, count)]),
-                            found)
+                    hit = b.fcmp_ordered("==", v, m) if x.dtype.is_float else \
+                        b.icmp_unsigned("==", v, m)
+                    first = intrinsic(b, "smin", I64, [b.load(found, typ=I64), b.select(hit, e, count)])
+                    b.store(first, found)
                 b.store(b.add(lo, b.load(found, typ=I64)), where)
         return b.load(best, typ=t), b.load(where, typ=I64)
 
@@ -204,10 +205,13 @@ class ArgReductionRows:
         lo = b.mul(chunk, i64(per))
         hi = b.add(lo, i64(per))
         hi = b.select(b.icmp_signed("<", hi, i64(n)), hi, i64(n))
-        # the outputs' loop stays a loop (see reduction._column_row), vectorised across outputs
+        # the outputs' loop stays a loop (see reduction._column_row), vectorised across
+        # outputs, two vectors interleaved on the CPU (as there): axis-0 argmax of
+        # exp(x)*0.5+x on [8192, 2048] 3.8-4.1 -> 3.4 ms (scratch)
+        across = no_unroll(self.module, 0 if self.gpu else 2)
         with for_range(b, lo, hi, "r") as r, self._scope():
             rt = r if it is I64 else b.trunc(r, it)
-            with for_range(b, start, stop, "o", no_unroll(self.module)) as o, self._scope():
+            with for_range(b, start, stop, "o", across) as o, self._scope():
                 v = self.value(x, prefix + (o, r))
                 cur = b.load(at(best, t, o), typ=t)
                 better = self._better(kind, x.dtype, v, cur)

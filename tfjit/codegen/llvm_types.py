@@ -73,10 +73,18 @@ class _LoopID(ir.values.MDValue):
         buf += (f"distinct !{{ {ops} }}", "\n")
 
 
-def no_unroll(module: ir.Module) -> ir.values.MDValue:
-    """Loop metadata that keeps LLVM from unrolling a loop (fully, too)."""
-    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    return _LoopID(module, [hint], name=str(len(module.metadata)))
+def no_unroll(module: ir.Module, interleave: int = 0) -> ir.values.MDValue:
+    """Loop metadata that keeps LLVM from unrolling a loop (fully, too); with
+    ``interleave``, the vectoriser interleaves that many vector iterations."""
+    hints = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]
+    if interleave:
+        hints.append(_interleave_hint(module, interleave))
+    return _LoopID(module, hints, name=str(len(module.metadata)))
+
+
+def _interleave_hint(module: ir.Module, count: int):
+    return module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
+                                ir.Constant(ir.IntType(32), count)])
 
 
 def no_vectorize(module: ir.Module) -> ir.values.MDValue:
@@ -88,9 +96,7 @@ def no_vectorize(module: ir.Module) -> ir.values.MDValue:
 
 def interleave(module: ir.Module, count: int) -> ir.values.MDValue:
     """Loop metadata asking the vectoriser to interleave ``count`` vector iterations."""
-    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                ir.Constant(ir.IntType(32), count)])
-    return _LoopID(module, [hint], name=str(len(module.metadata)))
+    return _LoopID(module, [_interleave_hint(module, count)], name=str(len(module.metadata)))
 
 
 @contextlib.contextmanager
