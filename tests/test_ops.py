@@ -534,6 +534,18 @@ def test_cast_float_to_every_int_sweep(src):
         assert_matches(got[d].numpy(), want[d].numpy(), what=f"{src} -> {d}")
 
 
+def test_cast_f32_to_i32_is_one_packed_conversion():
+    """The x86 rule (NaN and out of range give INT_MIN) as a select around a plain
+    fptosi, which LLVM widens to cvttps2dq; the saturating intrinsic it replaced
+    became one scalar cvttss2si per lane (3.7x slower on 2048x4096)."""
+    def fn(x):
+        return tf.cast(x * 2.0, tf.int32)
+    x = tf.constant(_cast_sweep().astype(np.float32))
+    f = tfjit.function(fn, jit_compile=True)
+    assert_matches(f(x).numpy(), tf.function(fn)(x).numpy(), what="f32 -> i32")
+    assert "cvttps2dq" in f.compiled(x).code.asm()
+
+
 # ------------------------------------------------------------ reductions
 
 def reduction_input(op: str, d: str, shape, rng) -> np.ndarray:

@@ -335,14 +335,16 @@ class Elemental:
         return v
 
     def _x86_cvtt(self, x, bits: int):
-        """cvttss2si semantics: truncate; NaN/out of range give INT_MIN."""
+        """cvttss2si semantics: truncate; NaN/out of range give INT_MIN.  A plain fptosi
+        (poison out of range, where the select never takes it): LLVM widens it to one
+        cvttps2dq, where the saturating intrinsic became a scalar conversion per lane
+        (f32 -> i32 of 2048x4096: 5.2 ms, against XLA's 1.8)."""
         b = self.b
         t = ir.IntType(bits)
         lo = ir.Constant(x.type, -float(2 ** (bits - 1)))
         hi = ir.Constant(x.type, float(2 ** (bits - 1)))
         in_range = b.and_(b.fcmp_ordered(">=", x, lo), b.fcmp_ordered("<", x, hi))
-        sat = intrinsic(b, "fptosi.sat", t, [x], [t, x.type])
-        return b.select(in_range, sat, ir.Constant(t, 1 << (bits - 1)))
+        return b.select(in_range, b.fptosi(x, t), ir.Constant(t, 1 << (bits - 1)))
 
     def _float_to_int(self, x, src, dst):
         """TF's Cast on x86-64 as its vector path computes it (see interp.py's
