@@ -393,3 +393,23 @@ def test_broadcast_gradient_args_folds():
     f = tfjit.function(fn, jit_compile=True)
     for k, (g, w) in enumerate(zip(f(x, y), tf.function(fn)(x, y))):
         assert_matches(g.numpy(), w.numpy(), what=f"output {k}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
+def test_mish_matches_tf_and_its_factor_is_one_exp(dtype):
+    """x * tanh(softplus(x)) (keras.activations.mish): passes/simplify.MishFactor makes
+    tanh(softplus(x)) one exp and a division in float32/float64 (halves keep the ops).
+    Specials, both sides of the switch to 1 at x = 20 (float64: 40), where e (e + 2)
+    would overflow (x = 44 in float32), and tiny factors (x = -100)."""
+    def mish(x):
+        return x * tf.tanh(tf.nn.softplus(x))
+    large = 40.0 if dtype is np.float64 else 20.0
+    values = [0.0, -0.0, 1e-30, -1e-30, 0.5, -3.0, 5.0, -16.6, large - 0.1, large, large + 0.1,
+              44.0, 45.0, 88.0, 89.0, 700.0, -87.0, -104.0, -200.0, np.inf, -np.inf, np.nan]
+    with np.errstate(over="ignore"):
+        x = tf.constant(np.concatenate([values, np.linspace(-30, 30, 2001)]).astype(dtype))
+    f = tfjit.function(mish, jit_compile=True)
+    assert_matches(f(x).numpy(), tf.function(mish)(x).numpy(), what=f"mish {dtype.__name__}")
+    after = f.compiled(x).module_after
+    rewritten = dtype is not np.float16
+    assert ("softplus" in after) is not rewritten and ("tanh" in after) is not rewritten, after

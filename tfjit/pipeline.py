@@ -37,7 +37,7 @@ from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
-from tfjit.passes.simplify import CSE, DCE, FlattenReductions
+from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor
 from tfjit.runtime import cuda, launch, launch_gpu, warmup
 
 
@@ -142,7 +142,7 @@ class _OnModule:
         verify.module(o.module, self.name)
 
 
-PASSES = [CSE(), FoldBatchIntoContraction(), DCE(), FlattenReductions()]   # the module-to-module passes, in order
+PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), DCE(), FlattenReductions()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers()]   # what optimize runs
 
 

@@ -11,7 +11,8 @@ The tfjit process records its phases with ``pipeline.profiling()``:
     mark           GraphDef, marking, cluster extraction
     lower          graph -> tfjit IR
     IR text        the module's text before and after the passes (introspection)
-    passes         cse, dce, flatten-reductions, fusion, buffer assignment
+    passes         cse, mish-factor, fold-batch-into-contraction, dce, flatten-reductions,
+                   fusion, buffer assignment
     emit           tfjit IR -> LLVM IR (llvmlite)
     LLVM text      the LLVM module printed for the compile server
     LLVM           the compile server: parse, O3, code generation (a round trip)
@@ -45,8 +46,8 @@ COLUMNS = [   # (header, phases summed into it)
     ("mark", ["graph, marking, clustering"]),
     ("lower", ["lower"]),
     ("IR text", ["IR text"]),
-    ("passes", ["cse", "dce", "flatten-reductions", "fusion", "buffer-assignment",
-                "verify and dumps"]),
+    ("passes", ["cse", "mish-factor", "fold-batch-into-contraction", "dce", "flatten-reductions",
+                "fusion", "buffer-assignment", "verify and dumps"]),
     ("emit", ["emit LLVM IR"]),
     ("LLVM text", ["LLVM IR text"]),
     ("LLVM", ["LLVM (compile server)", "LLVM (in process)", "disk cache"]),

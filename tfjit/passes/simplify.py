@@ -1,5 +1,5 @@
-"""Simplification passes: common-subexpression elimination, dead-code removal, and
-reductions over several dims of a buffer read as one dim.
+"""Simplification passes: common-subexpression elimination, dead-code removal, Mish's
+factor as one exp, and reductions over several dims of a buffer read as one dim.
 
 Constant folding happens while lowering (``Module.folder``), because lowering
 needs folded values (a Reshape's shape computed from Shape/Pack ops).  Each
@@ -11,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
+from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
 
@@ -50,6 +53,48 @@ class DCE:
             c.renumber()
             changed |= len(c.instrs) != before
         return changed
+
+
+class MishFactor:
+    """tanh(softplus(x)), the factor of Mish (x * tanh(softplus(x))), as one exp and a
+    division: with e = exp(x), tanh(log(1 + e)) = n / (n + 2) for n = e (e + 2); 1 from
+    x > 20 (float64: 40), where n + 2 rounds to n and n soon overflows.  Softplus's exp
+    and log1p and tanh's expm1 become one exp: Mish on 2048x4096 took 6.2 ms where TF
+    graph runs oneDNN's fused Mish in 2.8 (XLA 10.8).  Float32 and float64 only: halves
+    round every step, and e (e + 2) overflows float16 from x = 5.5.  Only a softplus
+    nothing else reads (otherwise it is computed anyway)."""
+    name = "mish-factor"
+    LARGE = {dt.F32: 20.0, dt.F64: 40.0}
+
+    def run(self, m: Module) -> bool:
+        changed = False
+        for c in m.computations() + [m]:
+            users, outputs, out = c.users(), set(c.outputs), []
+            for i in c.instrs:
+                s = i.operands[0] if i.op is Op.TANH and i.dtype in self.LARGE else None
+                if s is not None and s.op is Op.SOFTPLUS and users[s] == [i] and s not in outputs:
+                    out.extend(self._rewrite(i, s.operands[0]))
+                    changed = True
+                out.append(i)
+            c.instrs = out
+        return changed
+
+    def _rewrite(self, i: Instr, x: Instr) -> list:
+        """Turns ``i`` into select(x > LARGE, 1, n / (n + 2)); returns the new operands."""
+        def scalar(v):
+            k = Instr(Op.CONSTANT, x.dtype, (), value=np.asarray(v, x.dtype.numpy()),
+                      source=i.source)
+            return [k, Instr(Op.BROADCAST, x.dtype, x.shape, (k,), {"dims": ()}, source=i.source)]
+
+        def op(o, *args, dtype=None):
+            return Instr(o, dtype or x.dtype, x.shape, args, source=i.source)
+        one, two, large = scalar(1.0), scalar(2.0), scalar(self.LARGE[x.dtype])
+        e = op(Op.EXP, x)
+        n = op(Op.MUL, e, op(Op.ADD, e, two[1]))
+        ratio = op(Op.DIV, n, op(Op.ADD, n, two[1]))
+        big = op(Op.GT, x, large[1], dtype=dt.PRED)
+        i.op, i.operands = Op.SELECT, (big, one[1], ratio)
+        return one + two + large + [e, n.operands[1], n, ratio.operands[1], ratio, big]
 
 
 class FlattenReductions:
