@@ -74,9 +74,9 @@ def _erfc_f32(m, z):
     split as -zh^2 + (P - (z - zh)(z + zh)) with zh = z to 12 bits, so zh^2 is
     exact, and the two parts' sum s is kept with its rounding error (Fast2Sum:
     exact where |zh^2| >= |P - ...|, the large z where the error matters), so
-    exp(s) * (1 + error) has the exponent's full accuracy with one exp: exact
-    GELU (TF's gelu is 0.5 x erfc(-x / sqrt 2)) spent most of its time in a
-    second exp of the small part (4096^2: 22.8 ms, against XLA's 18.1)."""
+    exp(s) * (1 + error) has the exponent's full accuracy with one exp instead of
+    one per part: exact GELU (TF's gelu is 0.5 x erfc(-x / sqrt 2)) on 4096^2,
+    10.9 -> 8.9 ms (XLA 18.8).  The polynomial is by Estrin's scheme."""
     def c(v):
         return scalar_like(m, v, z)
 
