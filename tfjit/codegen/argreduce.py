@@ -50,7 +50,7 @@ def arg_start(kind: str, d: dt.DType):
 
 class ArgReductionRows:
     """ArgMax/ArgMin values and kernel rows; the emitter provides ``b``, ``f``, ``plan``,
-    ``ptrs``, ``value``, ``gpu`` and its scope, buffer and index helpers."""
+    ``ptrs``, ``value``, ``gpu``, ``interleave_count`` and its scope, buffer and index helpers."""
 
     def _better(self, kind: str, d: dt.DType, v, best):
         """Is ``v`` strictly better than ``best`` (false for a NaN ``v``)?"""
@@ -126,8 +126,8 @@ class ArgReductionRows:
                         b.load(b.gep(buf, [e], source_etype=t), typ=t)
                     hit = b.fcmp_ordered("==", v, m) if x.dtype.is_float else \
                         b.icmp_unsigned("==", v, m)
-                    first = intrinsic(b, "smin", I64, [b.load(found, typ=I64), b.select(hit, e, count)])
-                    b.store(first, found)
+                    first = b.select(hit, e, count)
+                    b.store(intrinsic(b, "smin", I64, [b.load(found, typ=I64), first]), found)
                 b.store(b.add(lo, b.load(found, typ=I64)), where)
         return b.load(best, typ=t), b.load(where, typ=I64)
 
@@ -206,9 +206,9 @@ class ArgReductionRows:
         hi = b.add(lo, i64(per))
         hi = b.select(b.icmp_signed("<", hi, i64(n)), hi, i64(n))
         # the outputs' loop stays a loop (see reduction._column_row), vectorised across
-        # outputs, two vectors interleaved on the CPU (as there): axis-0 argmax of
-        # exp(x)*0.5+x on [8192, 2048] 3.8-4.1 -> 3.4 ms (scratch)
-        across = no_unroll(self.module, 0 if self.gpu else 2)
+        # outputs and interleaved as there: axis-0 argmax of exp(x)*0.5+x on [8192, 2048]
+        # 3.8-4.1 -> 3.4 ms (scratch)
+        across = no_unroll(self.module, self.interleave_count)
         with for_range(b, lo, hi, "r") as r, self._scope():
             rt = r if it is I64 else b.trunc(r, it)
             with for_range(b, start, stop, "o", across) as o, self._scope():

@@ -219,15 +219,20 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
         self._each(0, f.shape[-1], "j", lambda j, valid: self._store_roots(outer + (j,), valid),
                    self._elements_md())
 
-    def _elements_md(self):
-        """A CPU loop kernel's element loop interleaves two vector iterations.  LLVM's
-        vectoriser interleaves only small loop bodies (or reductions), so a body with
-        a transcendental ran one vector at a time, its long dependency chain (a
+    @property
+    def interleave_count(self) -> int:
+        """Vector iterations a kernel's innermost vectorised loop interleaves (its element
+        loop; a column reduction's loop over outputs), 0: LLVM's choice.  LLVM's
+        vectoriser interleaves only small loop bodies (or reductions), so a body with a
+        transcendental ran one vector at a time, its long dependency chain (a
         polynomial, exp's reduction and scaling) leaving the core waiting: exact GELU
         (erfc) on 4096^2 took 16.2 ms, 8.0 with two; softplus 15.7 -> 7.6, tanh-GELU
         9.9 -> 6.2, log1p 7.4 -> 5.3, and the memory-bound ones 0-10% less.  (Four
         was no better.)  The GPU's loops are a thread's few elements."""
-        return None if self.gpu else interleave(self.module, 2)
+        return 0 if self.gpu else 2
+
+    def _elements_md(self):
+        return interleave(self.module, self.interleave_count) if self.interleave_count else None
 
     def _store_roots(self, idx, valid=None):
         values = [self.value(r, idx) for r in self.f.roots]

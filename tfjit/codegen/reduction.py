@@ -87,7 +87,7 @@ def across_rows(f, gpu: bool, reads) -> bool:
 
 class ReductionRows:
     """Row bodies of reduce kernels; the emitter provides ``b``, ``f``, ``plan``,
-    ``ptrs``, ``value`` and its scope and buffer helpers."""
+    ``ptrs``, ``value``, ``gpu``, ``interleave_count`` and its scope and buffer helpers."""
 
     def _reduce_row(self, row):
         root = self.f.roots[0]
@@ -161,11 +161,11 @@ class ReductionRows:
 
         # The outputs' loop is innermost and must stay a loop: with few outputs (32
         # channels) LLVM unrolled it fully and vectorised the reduced dim instead, with
-        # strided loads (5.8 ms instead of 1 ms for batch-norm statistics). On the CPU it
-        # interleaves two vectors, as a loop kernel's element loop does (emitter's
-        # _elements_md): [8192, 2048] over axis 0, sum of exp(x)*0.5+x 2.82 -> 2.58 ms,
-        # of softplus 8.2 -> 7.1, bare sums unchanged (scratch, medians of 21, two runs).
-        keep = no_unroll(self.module, interleave=0 if self.gpu else 2)
+        # strided loads (5.8 ms instead of 1 ms for batch-norm statistics). It interleaves
+        # as an element loop does (emitter's ``interleave_count``): [8192, 2048] over axis 0,
+        # sum of exp(x)*0.5+x 2.82 -> 2.58 ms, of softplus 8.2 -> 7.1, bare sums
+        # unchanged (scratch, medians of 21, two runs).
+        keep = no_unroll(self.module, self.interleave_count)
 
         reduced = operand.rank - f.outer
         together = f.column_rows if reduced else 1

@@ -90,11 +90,13 @@ class MishFactor:
             return Instr(o, dtype or x.dtype, x.shape, args, source=i.source)
         one, two, large = scalar(1.0), scalar(2.0), scalar(self.LARGE[x.dtype])
         e = op(Op.EXP, x)
-        n = op(Op.MUL, e, op(Op.ADD, e, two[1]))
-        ratio = op(Op.DIV, n, op(Op.ADD, n, two[1]))
+        e_plus_2 = op(Op.ADD, e, two[1])
+        n = op(Op.MUL, e, e_plus_2)
+        n_plus_2 = op(Op.ADD, n, two[1])
+        ratio = op(Op.DIV, n, n_plus_2)
         big = op(Op.GT, x, large[1], dtype=dt.PRED)
         i.op, i.operands = Op.SELECT, (big, one[1], ratio)
-        return one + two + large + [e, n.operands[1], n, ratio.operands[1], ratio, big]
+        return one + two + large + [e, e_plus_2, n, n_plus_2, ratio, big]
 
 
 class FlattenReductions:
