@@ -177,6 +177,15 @@ def gelu_exact(x):
     return tf.nn.gelu(x, approximate=False)
 
 
+def mish(x):
+    """keras.activations.mish: TF graph mode runs oneDNN's fused Mish for it."""
+    return x * tf.tanh(tf.nn.softplus(x))
+
+
+def cast_i32(x):
+    return tf.cast(x * 10.0, tf.int32)
+
+
 def small(x, y):
     return tf.nn.relu(x * y + 1.0)
 
@@ -188,6 +197,8 @@ WORKLOADS = [
     ("layernorm", "layernorm, 8192x1024", layernorm, [(8192, 1024)], 2),
     ("gelu", "GELU (erf), 4096x4096", gelu, [(4096, 4096)], 2),
     ("gelu_exact", "tf.nn.gelu (exact: erfc), 4096x4096", gelu_exact, [(4096, 4096)], 2),
+    ("mish", "Mish, 4096x4096", mish, [(4096, 4096)], 2),
+    ("cast_i32", "cast float32 -> int32, 4096x4096", cast_i32, [(4096, 4096)], 2),
     ("latency", "per-call latency, 16x16", small, [(16, 16)] * 2, 3),
 ]
 
