@@ -88,7 +88,8 @@ def test_every_pass_is_dumped_in_order(tmp_path, flags, rng):
     assert passes == [f"{name}.{s}" for s in ("0000.cse.txt", "0001.mish-factor.txt",
                                              "0002.fold-batch-into-contraction.txt",
                                              "0003.dce.txt", "0004.flatten-reductions.txt",
-                                             "0005.fusion.txt", "0006.buffer-assignment.txt")]
+                                             "0005.fusion.txt", "0006.buffer-assignment.txt",
+                                             "0007.concurrency.txt")]
     cse = (tmp_path / f"module_0000.{name}.0000.cse.txt").read_text()
     dce = (tmp_path / f"module_0000.{name}.0003.dce.txt").read_text()
     assert cse.startswith("// after pass cse: changed\n")
@@ -354,7 +355,7 @@ def test_hostile_function_name_end_to_end(tmp_path, flags, rng):
     x = tf.constant(rng.standard_normal(3, dtype=np.float32))
     np.testing.assert_allclose(tfjit.function(body)(x).numpy(), x.numpy() * c - 1.0, rtol=1e-6)
     written = sorted(os.listdir(dumps))
-    assert len(written) == 14 and all(n.startswith("module_0000._.._evil_x_y.") for n in written)
+    assert len(written) == 15 and all(n.startswith("module_0000._.._evil_x_y.") for n in written)
     assert sorted(os.listdir(report / "modules")) == written
     everything = [os.path.join(r, n) for r, _, names in os.walk(tmp_path) for n in names]
-    assert len(everything) == 2 * 14 + 1
+    assert len(everything) == 2 * 15 + 1

@@ -35,7 +35,7 @@ from tfjit.graph.graphdef import Graph
 from tfjit.ir import text, verify
 from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
-from tfjit.passes import buffers, fusion
+from tfjit.passes import buffers, concurrency, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor
 from tfjit.runtime import cuda, launch, launch_gpu, warmup
@@ -103,6 +103,7 @@ class Optimized:
     after: str = ""             # IR text after the passes
     fusions: list | None = None
     plan: buffers.BufferPlan | None = None
+    groups: list | None = None  # per group, kernels per task (passes/concurrency.py)
 
 
 class Fuse:
@@ -129,6 +130,19 @@ class AssignBuffers:
         verify.buffer_plan(o.module, o.fusions, o.plan, buffers.ALIGN, self.name)
 
 
+class GroupConcurrent:
+    """Regroups the kernels so that kernels sharing no memory may run at once."""
+    name = "concurrency"
+
+    def run(self, o: Optimized):
+        s = concurrency.schedule(o.module, o.fusions, o.plan)
+        o.fusions, o.groups = s.fusions, s.groups
+        return s
+
+    def verify(self, o: Optimized) -> None:
+        verify.concurrent_groups(o.module, o.fusions, o.groups, o.plan, self.name)
+
+
 class _OnModule:
     """A pass of ``Module -> changed`` (passes/simplify.py), as a pipeline step."""
 
@@ -143,7 +157,7 @@ class _OnModule:
 
 
 PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), DCE(), FlattenReductions()]   # the module-to-module passes, in order
-PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers()]   # what optimize runs
+PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +200,7 @@ class Emitted:
     steps: list                 # [(kernel symbol, rows, cost)] in run order
     messages: list              # runtime error texts: status code k is messages[k - 1]
     runtime: list               # op library functions the code calls
+    marks: list | None = None   # per step (group, task): the concurrent groups (abi.h)
 
 
 def emit(o: Optimized, target: Target, name: str) -> Emitted:
@@ -210,7 +225,9 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
                                    f"{library.tf_op(f.roots[0])} kernel (its runtime has no FFT: "
                                    "TF's CPU FFT is DUCC's, which tfjit does not build)")
     messages = list(MESSAGES)        # kernels add theirs (a gather's bound, ...)
-    llmod, steps = llvm_cpu.emit_module(name, o.fusions, o.plan, messages, target)
+    per_kernel: list = []       # steps per kernel
+    llmod, steps = llvm_cpu.emit_module(name, o.fusions, o.plan, messages, target, per_kernel)
+    marks = concurrency.step_marks(o.groups or [[1]] * len(o.fusions), per_kernel)
     if target.gpu_arch:         # kernel entries over the same row bodies (codegen/nvptx.py)
         nvptx.check_calls(llmod, o.fusions, target)
         steps = nvptx.add_entries(llmod, steps)
@@ -219,7 +236,7 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
         runtime += library.runtime_symbols(target.library_prefix)
     if target.runtime_calls and kinds & set(fusion.CONTROL):   # drivers shard big steps
         runtime.append(control.PARALLEL_FOR)
-    return Emitted(llmod, steps, messages, runtime)
+    return Emitted(llmod, steps, messages, runtime, marks)
 
 
 def jit_compiler() -> Compiler:
@@ -325,6 +342,7 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         temp_bytes=o.plan.temp_bytes,
         temp_offsets=o.plan.temp_offsets,
         steps=[(code.addresses[s], rows, cost) for s, rows, cost in e.steps],
+        marks=e.marks,
         messages=e.messages,
         update_inputs=list(m.updates),
         update_in_place=o.plan.update_in_place,

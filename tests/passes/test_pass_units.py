@@ -105,7 +105,8 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction", "dce",
-                                      "flatten-reductions", "fusion", "buffer-assignment"]
+                                      "flatten-reductions", "fusion", "buffer-assignment",
+                                      "concurrency"]
 
 
 # -- the verifier catches what a broken pass would leave -------------------------------

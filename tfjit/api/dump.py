@@ -18,8 +18,8 @@ the CPU), ``module_NNNN.<name>.ptx``, the module's PTX for that arch, or a line
 saying why the GPU cannot run it;
 with ``--tfjit_dump_pass_re=REGEX``, ``module_NNNN.<name>.<seq>.<pass>.txt`` for every
 pass whose name the regex matches anywhere (``re.search``; passes: cse, dce,
-flatten-reductions, fusion, buffer-assignment, see pipeline.PIPELINE), the IR after that pass plus the
-kernels or the buffer plan it produced.  ``--tfjit_bug_report=DIR`` dumps the same
+flatten-reductions, fusion, buffer-assignment, concurrency, see pipeline.PIPELINE), the IR
+after that pass plus the kernels, the buffer plan or the concurrent groups it produced.  ``--tfjit_bug_report=DIR`` dumps the same
 into ``DIR/modules`` and keeps ``DIR/README.md`` current (api/bug_report.py).
 
 Dumping is a debugging aid: a failure here is logged and never fails a compile.
@@ -223,12 +223,26 @@ def pass_text(pass_name: str, m, result) -> str:
     buffer plan (buffer assignment) or whether it changed the module (simplify passes)."""
     from tfjit.ir.text import module_str
     from tfjit.passes.buffers import BufferPlan
+    from tfjit.passes.concurrency import Schedule
     body = module_str(m) + "\n"
     if isinstance(result, BufferPlan):
         return body + plan_section(m, result)
+    if isinstance(result, Schedule):
+        return body + schedule_section(result)
     if isinstance(result, list):
         return body + fusions_section(result)
     return f"// after pass {pass_name}: {'changed' if result else 'unchanged'}\n" + body
+
+
+def schedule_section(s) -> str:
+    """The concurrent groups (passes/concurrency.py) as an IR comment block."""
+    groups = s.concurrent()
+    lines = [f"// concurrent groups: {len(groups)}, with "
+             f"{sum(len(t) for g in groups for t in g)} of {len(s.fusions)} kernels"]
+    for n, g in enumerate(groups):
+        lines.append(f"// group {n}: " + "; ".join(
+            f"task {k}: " + ", ".join(f.name for f in t) for k, t in enumerate(g)))
+    return "\n".join(lines) + "\n"
 
 
 def plan_section(m, plan) -> str:

@@ -128,17 +128,19 @@ class MachineCode:
                              for p in parts or [self.optimized_ir])
 
 
-def emit_module(name: str, fusions: list, plan, messages: list, target) -> tuple:
+def emit_module(name: str, fusions: list, plan, messages: list, target,
+                per_kernel: list | None = None) -> tuple:
     """LLVM IR for all kernels of one cluster for ``target`` (codegen/target.py); returns
     (ir.Module, steps).  ``messages`` (``elemental.MESSAGES`` and more) receives the
-    runtime error texts kernels add; status code k reports ``messages[k - 1]``."""
+    runtime error texts kernels add; status code k reports ``messages[k - 1]``;
+    ``per_kernel``, when given, the number of steps of each kernel."""
     module = ir.Module(name=name)
     module.triple, module.data_layout = target.triple, target.data_layout
-    return module, emit_kernels(module, fusions, plan, name, messages, target)
+    return module, emit_kernels(module, fusions, plan, name, messages, target, per_kernel)
 
 
 def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: list,
-                 target) -> list:
+                 target, per_kernel: list | None = None) -> list:
     """The kernels of ``fusions`` (a computation's schedule) into ``module``; their steps.
 
     On the CPU, kernels whose row bodies are the same code (the same computation on
@@ -151,13 +153,15 @@ def emit_kernels(module: ir.Module, fusions: list, plan, prefix: str, messages: 
     for n, f in enumerate(fusions):
         name = bounded_name(f"{prefix}.k{n}")
         if keyed is not None and f.kind in body_sharing.KEYED:
-            steps += _emit_keyed(module, f, plan, name, messages, bodies, keyed, target)
-            continue
-        new = EMITTERS[f.kind](module, f, plan, name, messages, target)
-        if bodies is not None:
-            for symbol, _, _ in new:
-                body_sharing.share_body(module, symbol, bodies)
+            new = _emit_keyed(module, f, plan, name, messages, bodies, keyed, target)
+        else:
+            new = EMITTERS[f.kind](module, f, plan, name, messages, target)
+            if bodies is not None:
+                for symbol, _, _ in new:
+                    body_sharing.share_body(module, symbol, bodies)
         steps += new
+        if per_kernel is not None:
+            per_kernel.append(len(new))
     return steps
 
 

@@ -129,3 +129,16 @@ def buffer_plan(m: Module, kernels: list, plan, align: int, after: str = "buffer
                   f"aligned inside the {plan.arena_bytes}-byte arena")
     if len(plan.temp_offsets) != len(plan.temp_bytes):
         _fail(after, m, f"{len(plan.temp_bytes)} temps but {len(plan.temp_offsets)} offsets")
+
+
+def concurrent_groups(m: Module, kernels: list, groups: list, plan, after: str = "concurrency") -> None:
+    """Checks that the groups cover the kernels, that no two tasks of one group touch
+    the same memory where one of them writes it, and that no kernel reads a temp whose
+    bytes another temp took over since it was written."""
+    from tfjit.passes.concurrency import clobbered, group_conflicts
+    if sum(map(sum, groups)) != len(kernels) or any(n < 1 for tasks in groups for n in tasks):
+        _fail(after, m, f"groups {groups} do not cover the {len(kernels)} kernels")
+    for a, b, memory in group_conflicts(m, kernels, groups, plan):
+        _fail(after, m, f"kernels {a.name} and {b.name} share {memory} in one concurrent group")
+    for reader, memory, writer in clobbered(m, kernels, plan):
+        _fail(after, m, f"{reader.name} reads {memory} after {writer.name} overwrote its bytes")

@@ -289,7 +289,7 @@ class _Assigner:
 ALIGN = abi.ALIGN     # bytes: every temp starts on a cache line (the kernels' loads assume it)
 
 
-def place_temps(plan: BufferPlan, fusions: list) -> None:
+def place_temps(plan: BufferPlan, fusions: list, positions: list | None = None) -> None:
     """Offsets of the temps in one arena (``plan.temp_offsets``): temps whose live
     ranges (first to last kernel that touches them) are disjoint may share bytes.
 
@@ -304,6 +304,10 @@ def place_temps(plan: BufferPlan, fusions: list) -> None:
     offsets give 66.5 MB.)  Clusters with control flow give every temp its own bytes:
     their drivers re-point and swap slots between calls, which live ranges by
     top-level kernel do not see.
+
+    ``positions``: per kernel, when it runs (default: its index).  Kernels of one
+    concurrent group (passes/concurrency.py) share a position: their temps are all live
+    at once.
     """
     sizes = plan.temp_bytes
     first = plan.num_inputs + plan.num_outputs
@@ -315,8 +319,8 @@ def place_temps(plan: BufferPlan, fusions: list) -> None:
             end[slot - first] = j
 
     if not any(f.kind in fusion_mod.CONTROL for f in fusions):
-        for j, f in enumerate(fusions):
-            for v in [*f.roots, *_read_values(f, plan.slots)]:
+        for j, f in zip(positions or range(len(fusions)), fusions):
+            for v in [*f.roots, *read_values(f, plan.slots)]:
                 for slot in plan.slots.get(v, ()):
                     touch(slot, j)
             if f in plan.scratch:
@@ -356,7 +360,7 @@ def _lowest_waste_gap(placed, lo: int, hi: int, size: int) -> int:
     return int(max(ends.max(), 0))
 
 
-def _read_values(f, slots: dict) -> set:
+def read_values(f, slots: dict) -> set:
     """Values with a buffer that kernel f may read: ``fusion.reads(f)`` plus every cheap
     value on the way that has a buffer of its own (a superset is safe here)."""
     out = set(fusion_mod.reads(f))

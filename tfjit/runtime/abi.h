@@ -10,7 +10,7 @@
 #include <cstdint>
 
 extern "C" {
-constexpr int32_t kTfjitAbiVersion = 2;
+constexpr int32_t kTfjitAbiVersion = 3;
 constexpr int64_t kTfjitAlign = 64;   // every buffer a kernel gets: its loads assume it
 
 //   typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
@@ -18,7 +18,13 @@ constexpr int64_t kTfjitAlign = 64;   // every buffer a kernel gets: its loads a
 //             temp_0..temp_{n_temp-1}, status, device]
 typedef void (*TfjitKernelFn)(void** bufs, int64_t row_begin, int64_t row_end);
 
-struct TfjitStep { TfjitKernelFn fn; int64_t rows; int64_t cost_per_row; };  // fn over [0, rows)
+// fn over [0, rows).  Concurrent groups (passes/concurrency.py): on a group's first
+// step, `group` is its number of steps (> 1; 0 elsewhere), and within a group `task`
+// is, on a task's first step, that task's number of steps (0 elsewhere). The steps of
+// a task run in order on one thread; a group's tasks share no memory.
+struct TfjitStep {
+  TfjitKernelFn fn; int64_t rows; int64_t cost_per_row; int32_t group; int32_t task;
+};
 
 // code, 0 at the start of each launch; k > 0 reports messages[k-1], whose "{i}"
 // (i < 7) read as detail[i]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 
-VERSION = 2
+VERSION = 3
 ALIGN = 64                 # bytes: every buffer a kernel gets (its loads assume it)
 STATUS_BYTES = 64          # TfjitStatus: int32 code, then int64 detail[7] from byte 8
 STATUS_DETAIL_OFFSET = 8
@@ -21,7 +21,8 @@ STATUS_DETAILS = 7
 
 class TfjitStep(ctypes.Structure):
     _fields_ = [("fn", ctypes.c_void_p), ("rows", ctypes.c_int64),
-                ("cost_per_row", ctypes.c_int64)]
+                ("cost_per_row", ctypes.c_int64), ("group", ctypes.c_int32),
+                ("task", ctypes.c_int32)]
 
 
 class TfjitExecutable(ctypes.Structure):

@@ -118,6 +118,10 @@ class Executable:
         """The address of each step's function, in run order."""
         return [step.fn for step in self._buffers[7][:self._struct.num_steps]]
 
+    def marks(self) -> list:
+        """Per step, its (group, task) marks: the concurrent groups (abi.h)."""
+        return [(step.group, step.task) for step in self._buffers[7][:self._struct.num_steps]]
+
     @property
     def needs_host_library(self) -> bool:
         """Whether a run without TfjitLaunch (runtime/host.py) needs the host library:
@@ -154,8 +158,12 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                     update_inputs: Sequence[int] = (), update_in_place: Sequence[bool] = (),
                     temp_offsets: Sequence[int] | None = None,
                     keepalive: object = None, runtime: Sequence[str] = (),
-                    output_rows: Sequence[int] | None = None) -> Executable:
+                    output_rows: Sequence[int] | None = None,
+                    marks: Sequence[tuple[int, int]] | None = None) -> Executable:
     """Builds an executable; ``steps`` are ``(fn_address, rows, cost_per_row)``.
+
+    ``marks``: per step ``(group, task)``, the concurrent groups (abi.h's TfjitStep,
+    passes/concurrency.py); by default none (every step alone).
 
     Temps live in one arena: temp t is ``temp_bytes[t]`` bytes at ``temp_offsets[t]``
     (abi.ALIGN-byte aligned; temps whose lifetimes are disjoint may overlap, see
@@ -203,6 +211,8 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
     for fn, rows, cost in steps:
         if not fn or rows < 0 or cost < 0:
             raise ValueError(f"bad step (fn={fn!r}, rows={rows}, cost_per_row={cost})")
+    marks = [(0, 0)] * len(steps) if marks is None else [(int(g), int(t)) for g, t in marks]
+    check_marks(marks)
     shapes = [tuple(int(d) for d in s) for s in output_shapes]
     message_bytes = [m.encode() for m in messages]
     buffers = (
@@ -211,7 +221,8 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
         _array(ctypes.c_int64, [d for s in shapes for d in s]),
         _array(ctypes.c_int32, output_source), _array(ctypes.c_int32, output_forward),
         _array(ctypes.c_int64, temp_bytes),
-        _array(TfjitStep, [TfjitStep(fn, rows, cost) for fn, rows, cost in steps]),
+        _array(TfjitStep, [TfjitStep(fn, rows, cost, g, t)
+                           for (fn, rows, cost), (g, t) in zip(steps, marks)]),
         _array(ctypes.c_char_p, message_bytes), message_bytes,
         _array(ctypes.c_int32, update_inputs),
         _array(ctypes.c_int32, in_place),
@@ -224,6 +235,29 @@ def make_executable(*, input_dtypes: Sequence[int], output_dtypes: Sequence[int]
                              len(update_inputs), buffers[10], buffers[11], buffers[12],
                              arena_bytes, num_counts, buffers[13])
     return Executable(struct, buffers, keepalive, tuple(runtime))
+
+
+def check_marks(marks: Sequence[tuple[int, int]]) -> None:
+    """Refuses group marks the launch op would misread: a group must start with its
+    length (> 1) inside the steps, and its tasks must tile it exactly, each from its
+    first step; steps outside groups carry (0, 0)."""
+    s = 0
+    while s < len(marks):
+        group, task = marks[s]
+        if group == 0 and task == 0:
+            s += 1
+            continue
+        if group < 2 or s + group > len(marks):
+            raise ValueError(f"step {s}: group of {group} steps in {len(marks)} steps")
+        t = s
+        while t < s + group:
+            n = marks[t][1]
+            if n < 1 or t + n > s + group or (t > s and marks[t][0] != 0) or any(
+                    marks[u] != (0, 0) for u in range(t + 1, t + n)):
+                raise ValueError(f"step {t}: task marks {marks[s:s + group]} do not tile "
+                                 f"the group of {group} steps at step {s}")
+            t += n
+        s += group
 
 
 # -- Loading ----------------------------------------------------------------

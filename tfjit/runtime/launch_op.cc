@@ -340,8 +340,16 @@ class TfjitLaunchOp : public AsyncOpKernel {
     runtime.ctx = ctx;
     bufs[n_in + n_out + n_tmp] = &status;
     bufs.back() = &runtime;
-    for (int s = 0; s < exe.num_steps && status.code == 0; ++s) {
-      RunStep(ctx, exe.steps[s], bufs.data());
+    const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
+    const bool groups = tfjit::RunsGroups(workers);
+    for (int s = 0; s < exe.num_steps && status.code == 0;) {
+      if (groups && exe.steps[s].group > 1) {     // tasks sharing no memory, run at once
+        tfjit::RunGroup(workers, exe.steps + s, bufs.data(), bufs.size(), &status, &runtime);
+        s += exe.steps[s].group;
+      } else {
+        RunStep(ctx, exe.steps[s], bufs.data());
+        ++s;
+      }
     }
     if (arena.TotalBytes() > 0) tfjit::Arenas().Give(&exe, std::move(arena));
     if (status.code == 0) {

@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "runtime.h"
+#include "tensorflow/core/util/work_sharder.h"
 
 namespace tensorflow {
 namespace tfjit {
@@ -75,6 +77,19 @@ void Help(const std::shared_ptr<Split>& split) {
   split->Work();
 }
 
+// Waits, spinning and then yielding, until `done` reaches `count`.
+void Join(const std::atomic<int64_t>& done, int64_t count) {
+  for (int spins = 0; done.load(std::memory_order_acquire) < count; ++spins) {
+    if (spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();   // a spin-wait hint; elsewhere the loop spins bare
+#endif
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
 }  // namespace
 
 // Why not TF's Shard or Eigen's parallelFor: on 2 cores a DenseNet121 predict step
@@ -113,13 +128,79 @@ void RunSplit(const DeviceBase::CpuWorkerThreads* workers, TfjitKernelFn fn, voi
   const int64_t helpers = std::min<int64_t>(pool->NumThreads() - 1, blocks - 1);
   for (int64_t h = 0; h < helpers; ++h) pool->Schedule([split] { Help(split); });
   split->Work();
-  for (int spins = 0; split->done.load(std::memory_order_acquire) < blocks; ++spins) {
-    if (spins < 4096) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();   // a spin-wait hint; elsewhere the loop spins bare
-#endif
-    } else {
-      std::this_thread::yield();
+  Join(split->done, blocks);
+}
+
+namespace {
+
+// What a concurrent group's threads share (a shared_ptr, as Split). Each task gets its
+// own copy of the pointer array, whose status and runtime slots point at the task's
+// own status block and runtime context: two tasks that fail at once do not mix their
+// messages, and RunGroup reports the first failing task in step order.
+struct Group {
+  const TfjitStep* steps;
+  std::vector<int> starts;        // each task's first step
+  int64_t num_bufs;
+  std::vector<void*> bufs;        // num_bufs per task
+  std::vector<TfjitStatus> status;
+  std::vector<RuntimeContext> runtime;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+
+  void Work() {
+    const int64_t tasks = static_cast<int64_t>(starts.size());
+    for (int64_t t = next.fetch_add(1, std::memory_order_relaxed); t < tasks;
+         t = next.fetch_add(1, std::memory_order_relaxed)) {
+      // TF's library kernels (Eigen's device, Shard) use this thread alone: the other
+      // threads run the group's other tasks. (oneDNN's kernels take one thread anyway
+      // on a pool thread.)
+      ScopedPerThreadMaxParallelism one_thread(1);
+      void** b = bufs.data() + t * num_bufs;
+      const int first = starts[t];
+      for (int s = first; s < first + steps[first].task && status[t].code == 0; ++s) {
+        if (steps[s].rows > 0) steps[s].fn(b, 0, steps[s].rows);
+      }
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+}  // namespace
+
+bool RunsGroups(const DeviceBase::CpuWorkerThreads* workers) {
+  return workers != nullptr && workers->num_threads > 1;
+}
+
+void RunGroup(const DeviceBase::CpuWorkerThreads* workers, const TfjitStep* steps,
+              void** bufs, int64_t num_bufs, TfjitStatus* status, RuntimeContext* runtime) {
+  auto group = std::make_shared<Group>();
+  group->steps = steps;
+  for (int s = 0; s < steps[0].group; s += std::max(steps[s].task, 1)) {
+    if (steps[s].task > 0) group->starts.push_back(s);
+  }
+  const int64_t tasks = static_cast<int64_t>(group->starts.size());
+  group->num_bufs = num_bufs;
+  group->bufs.resize(tasks * num_bufs);
+  group->status.resize(tasks);
+  group->runtime.resize(tasks);
+  for (int64_t t = 0; t < tasks; ++t) {
+    void** b = group->bufs.data() + t * num_bufs;
+    std::copy(bufs, bufs + num_bufs, b);
+    group->status[t] = TfjitStatus{};
+    group->runtime[t].ctx = runtime->ctx;
+    b[num_bufs - 2] = &group->status[t];
+    b[num_bufs - 1] = &group->runtime[t];
+  }
+  Eigen::ThreadPoolInterface* pool = workers->workers->AsEigenThreadPool();
+  const int64_t helpers = std::min<int64_t>(pool->NumThreads() - 1, tasks - 1);
+  for (int64_t h = 0; h < helpers; ++h) pool->Schedule([group] { group->Work(); });
+  group->Work();
+  Join(group->done, tasks);
+  for (int64_t t = 0; t < tasks; ++t) {
+    if (group->status[t].code != 0) {
+      *status = group->status[t];
+      runtime->error = group->runtime[t].error;
+      return;
     }
   }
 }

@@ -18,8 +18,9 @@ namespace tfjit {
 
 struct RuntimeContext {
   OpKernelContext* ctx = nullptr;
-  // Set by a library call that returns nonzero (steps run one at a time, so
-  // only one call writes it per launch); the launch reports it.
+  // Set by a library call that returns nonzero (one call per launch: steps run one
+  // at a time, and each task of a concurrent group has a context of its own); the
+  // launch reports it.
   absl::Status error;
 };
 
@@ -29,6 +30,17 @@ struct RuntimeContext {
 // returns when all have run.
 void RunSplit(const DeviceBase::CpuWorkerThreads* workers, TfjitKernelFn fn, void** bufs,
               int64_t rows, int64_t cost_per_row);
+
+// Can a launch run concurrent groups with these workers (more than one thread)?
+bool RunsGroups(const DeviceBase::CpuWorkerThreads* workers);
+
+// Runs the concurrent group that starts at `steps` (steps[0].group steps: abi.h) with
+// the calling thread and `workers`' pool, each task on one thread, and returns when
+// all have run; `bufs` is the launch's pointer array (`num_bufs` slots, status and
+// runtime last). The first failing task in step order leaves its status in `status`
+// and its library error in `runtime`.
+void RunGroup(const DeviceBase::CpuWorkerThreads* workers, const TfjitStep* steps,
+              void** bufs, int64_t num_bufs, TfjitStatus* status, RuntimeContext* runtime);
 
 }  // namespace tfjit
 }  // namespace tensorflow

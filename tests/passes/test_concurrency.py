@@ -1,0 +1,131 @@
+"""The concurrency pass (passes/concurrency.py) on IR text: which kernels it groups,
+that no two tasks of a group touch the same memory (arena bytes included), and the
+step marks the launch op reads.  No TensorFlow; tests/test_concurrent_groups.py runs
+grouped clusters against TF's executor."""
+from __future__ import annotations
+
+import pytest
+
+from tfjit import pipeline
+from tfjit.ir.parse import parse_module
+from tfjit.passes import concurrency
+from tfjit.runtime import launch
+
+
+def branches(n: int, rows: int = 64, width: int = 256) -> str:
+    """n branches of dot -> tanh -> dot from one input, summed at the end."""
+    lines = [f"module branches {{", f"  %p0 = f32[{rows},{width}] parameter(0)"]
+    for k in range(n):
+        lines.append(f"  %w{k} = f32[{width},{width}] parameter({k + 1})")
+    total = None
+    for k in range(n):
+        lines += [f"  %a{k} = f32[{rows},{width}] dot(%p0, %w{k}), transpose_lhs=0, transpose_rhs=0",
+                  f"  %t{k} = f32[{rows},{width}] tanh(%a{k})",
+                  f"  %b{k} = f32[{rows},{width}] dot(%t{k}, %w{k}), transpose_lhs=0, transpose_rhs=0"]
+        if total is None:
+            total = f"%b{k}"
+        else:
+            lines.append(f"  %s{k} = f32[{rows},{width}] add({total}, %b{k})")
+            total = f"%s{k}"
+    lines += [f"  ROOT ({total})", "}"]
+    return "\n".join(lines) + "\n"
+
+
+CHAIN = """module chain {
+  %p0 = f32[64,256] parameter(0)
+  %p1 = f32[256,256] parameter(1)
+  %a = f32[64,256] dot(%p0, %p1), transpose_lhs=0, transpose_rhs=0
+  %t = f32[64,256] tanh(%a)
+  %b = f32[64,256] dot(%t, %p1), transpose_lhs=0, transpose_rhs=0
+  %u = f32[64,256] exp(%b)
+  %c = f32[64,256] dot(%u, %p1), transpose_lhs=0, transpose_rhs=0
+  ROOT (%c)
+}
+"""
+
+
+def optimized(text: str):
+    return pipeline.optimize(parse_module(text), pipeline.Options(verify=True))
+
+
+def test_four_branches_become_one_group_of_four_chains():
+    o = optimized(branches(4))
+    concurrent = [tasks for tasks in o.groups if len(tasks) > 1]
+    assert len(concurrent) == 1 and len(concurrent[0]) == 4, o.groups
+    assert all(n == 3 for n in concurrent[0]), o.groups     # dot, tanh, dot per branch
+    assert sum(map(sum, o.groups)) == len(o.fusions)
+    assert concurrency.group_conflicts(o.module, o.fusions, o.groups, o.plan) == []
+
+
+def test_tasks_of_a_group_never_share_arena_bytes():
+    """Sequentially the branches' temps would share bytes (each is dead after its next
+    kernel); in one group they are live together."""
+    o = optimized(branches(3))
+    (tasks,) = [t for t in concurrency.Schedule(o.fusions, o.groups, {}).concurrent()]
+    spans = []
+    for k, task in enumerate(tasks):
+        for f in task:
+            for r in f.roots:
+                for slot in o.plan.slots[r]:
+                    t = slot - o.plan.num_inputs - o.plan.num_outputs
+                    if t >= 0:
+                        spans.append((k, o.plan.temp_offsets[t], o.plan.temp_offsets[t] + o.plan.temp_bytes[t]))
+    for k, a, b in spans:
+        for k2, a2, b2 in spans:
+            if k != k2:
+                assert b <= a2 or b2 <= a, (spans, o.groups)
+
+
+def test_a_chain_and_small_branches_stay_one_kernel_at_a_time():
+    assert all(tasks == [1] for tasks in optimized(CHAIN).groups)
+    small = optimized(branches(4, rows=4, width=8))      # far below MIN_GROUP_NS of work
+    assert all(tasks == [1] for tasks in small.groups)
+
+
+def test_conflicts_are_found_when_temps_share_bytes():
+    """The verifier's check: the branches' kernels with the sequential placement (temps
+    reused across branches) would clash in one group."""
+    from tfjit.passes import buffers
+    o = optimized(branches(4))
+    buffers.place_temps(o.plan, o.fusions)         # placement by position, groups ignored
+    assert concurrency.group_conflicts(o.module, o.fusions, o.groups, o.plan)
+
+
+@pytest.mark.parametrize("times, expect", [
+    ([100_000, 100_000], True),
+    ([100_000, 10_000], False),          # the other task is under a quarter of the largest
+    ([20_000, 20_000], False),           # too little work to wake a thread for
+    ([100_000], False),
+])
+def test_concurrent_decision(times, expect):
+    assert concurrency.concurrent(times) is expect
+
+
+def test_step_marks():
+    # kernels: 1 alone, then a group of tasks of 2 kernels (1 + 2 steps) and 1 kernel (1 step)
+    marks = concurrency.step_marks([[1], [2, 1], [1]], [1, 1, 2, 1, 1])
+    assert marks == [(0, 0), (4, 3), (0, 0), (0, 0), (0, 1), (0, 0)]
+    launch.check_marks(marks)
+    # a group whose other task has no steps is no group
+    assert concurrency.step_marks([[1, 1]], [1, 0]) == [(0, 0)]
+
+
+@pytest.mark.parametrize("marks", [
+    [(3, 1), (0, 1)],                 # the group runs past the steps
+    [(2, 1), (0, 0)],                 # the second step starts no task
+    [(2, 2), (0, 1)],                 # a task inside another
+    [(1, 1)],                         # a group of one step
+    [(3, 1), (2, 1), (0, 1)],         # a group start inside a group
+])
+def test_check_marks_refuses_what_the_launch_op_would_misread(marks):
+    with pytest.raises(ValueError):
+        launch.check_marks(marks)
+
+
+def test_a_placement_that_does_not_fit_the_order_is_caught():
+    """The verifier's check that temps fit the run order: with every temp at offset 0,
+    the branches' results (live together until the sum) overwrite each other."""
+    o = optimized(branches(4, rows=4, width=8))          # no groups: one kernel at a time
+    assert concurrency.clobbered(o.module, o.fusions, o.plan) == []
+    o.plan.temp_offsets = [0] * len(o.plan.temp_offsets)
+    assert concurrency.clobbered(o.module, o.fusions, o.plan)

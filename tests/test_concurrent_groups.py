@@ -1,0 +1,93 @@
+"""Concurrent groups (passes/concurrency.py) under the launch op, against TF's executor:
+independent branches of convolutions and matmuls run as one group of tasks, give TF's
+results, and a task that fails reports its error as a lone kernel does."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+
+
+def grouped_steps(compiled) -> list:
+    """(group size, [task sizes]) of each concurrent group of the executable."""
+    marks = compiled.executable.marks()
+    out, s = [], 0
+    while s < len(marks):
+        group = marks[s][0]
+        if group > 1:
+            out.append((group, [t for _, t in marks[s:s + group] if t]))
+            s += group
+        else:
+            s += 1
+    return out
+
+
+def inception_block(x, filters):
+    """Four branches as an Inception module's: 1x1; 1x1 -> 3x3; 1x1 -> 3x3 -> 3x3; pool -> 1x1."""
+    f1, f2a, f2b, f3a, f3b, f3c, f4 = filters
+    conv = lambda v, w: tf.nn.relu(tf.nn.conv2d(v, w, 1, "SAME") + 0.1)
+    b1 = conv(x, f1)
+    b2 = conv(conv(x, f2a), f2b)
+    b3 = conv(conv(conv(x, f3a), f3b), f3c)
+    b4 = conv(tf.nn.avg_pool2d(x, 3, 1, "SAME"), f4)
+    return tf.concat([b1, b2, b3, b4], axis=-1)
+
+
+@pytest.mark.parametrize("batch, size", [(4, 17), (1, 9)])
+def test_inception_block_runs_its_branches_as_one_group(rng, batch, size):
+    c = 64
+    shapes = [(1, 1, c, 32), (1, 1, c, 48), (3, 3, 48, 64), (1, 1, c, 48), (3, 3, 48, 64),
+              (3, 3, 64, 64), (1, 1, c, 32)]
+    filters = [tf.constant(rng.standard_normal(s).astype(np.float32) * 0.1) for s in shapes]
+    x = tf.constant(rng.standard_normal((batch, size, size, c)).astype(np.float32))
+    f = lambda v: inception_block(v, filters)
+    g = tfjit.function(f, jit_compile=True)
+    groups = grouped_steps(g.compiled(x))
+    assert groups and max(len(tasks) for _, tasks in groups) >= 3, groups
+    assert any(n > 1 for _, tasks in groups for n in tasks), groups   # a branch as one task
+    expected = tf.function(f)(x)
+    for _ in range(3):           # tasks claimed by whichever thread comes first: every order
+        assert_matches(g(x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_matmul_branches_with_a_shared_input_and_variables(rng):
+    x = tf.constant(rng.standard_normal((64, 256)).astype(np.float32))
+    ws = [tf.Variable(rng.standard_normal((256, 256)).astype(np.float32) * 0.05) for _ in range(4)]
+
+    def f(v):
+        outs = [tf.nn.relu(tf.matmul(tf.tanh(v * float(k + 1)), w)) for k, w in enumerate(ws)]
+        return tf.concat(outs, 1) * 2.0, tf.reduce_sum(outs[0], 0)
+
+    g = tfjit.function(f, jit_compile=True)
+    groups = grouped_steps(g.compiled(x))
+    assert any(len(tasks) == 4 for _, tasks in groups), groups
+    for got, want in zip(g(x), tf.function(f)(x)):
+        assert_matches(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_failing_task_reports_its_error(rng):
+    """Integer division by zero in one branch of a group: the launch reports it as it
+    does from a lone kernel, whichever thread ran the branch; the other branches' results
+    are not handed out."""
+    xs = [tf.constant(rng.standard_normal((64, 256)).astype(np.float32)) for _ in range(3)]
+    w = tf.constant(rng.standard_normal((256, 256)).astype(np.float32) * 0.05)
+
+    def f(x1, x2, x3, d):       # three branches from three inputs: nothing to merge
+        a = tf.matmul(tf.tanh(x1), w)
+        b = tf.matmul(tf.sigmoid(x2), w)
+        q = tf.math.floordiv(tf.cast(tf.matmul(x3, w) * 100.0, tf.int32), d)
+        return a + b, q
+
+    g = tfjit.function(f, jit_compile=True)
+    d = tf.constant(np.arange(64 * 256, dtype=np.int32).reshape(64, 256) % 5 + 1)
+    groups = grouped_steps(g.compiled(*xs, d))
+    assert any(len(tasks) == 3 for _, tasks in groups), groups
+    for got, want in zip(g(*xs, d), tf.function(f)(*xs, d)):
+        assert_matches(got, want, rtol=1e-4, atol=1e-5)
+    zeros = tf.tensor_scatter_nd_update(d, [[5, 7]], [0])
+    for _ in range(3):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Integer division by zero"):
+            g(*xs, zeros)
