@@ -91,3 +91,56 @@ def test_a_failing_task_reports_its_error(rng):
     for _ in range(3):
         with pytest.raises(tf.errors.InvalidArgumentError, match="Integer division by zero"):
             g(*xs, zeros)
+
+
+GROUP_PROGRAM = r"""
+import sys
+import numpy as np, tensorflow as tf
+threads = int(sys.argv[1])
+if threads:
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+import tfjit
+from tfjit.runtime import launch
+rng = np.random.default_rng(3)
+xs = [tf.constant(rng.standard_normal((64, 256)).astype(np.float32)) for _ in range(3)]
+w = tf.constant(rng.standard_normal((256, 256)).astype(np.float32) * 0.05)
+f = lambda a, b, c: tf.matmul(tf.tanh(a), w) + tf.matmul(tf.sigmoid(b), w) + tf.matmul(tf.exp(c * 0.1), w)
+g = tfjit.function(f, jit_compile=True)
+g(*xs)
+before = launch.stats()
+got = g(*xs)
+after = launch.stats()
+np.testing.assert_allclose(got.numpy(), tf.function(f)(*xs).numpy(), rtol=1e-4, atol=1e-4)
+print(after["groups_concurrent"] - before["groups_concurrent"],
+      after["groups_one_at_a_time"] - before["groups_one_at_a_time"])
+# a task that fails: the launch reports it as a lone kernel does
+h = tfjit.function(lambda a, b, d: (tf.matmul(tf.tanh(a), w) + tf.matmul(tf.sigmoid(b), w),
+                                    tf.math.floordiv(tf.cast(tf.matmul(xs[2], w) * 100.0, tf.int32), d)),
+                   jit_compile=True)
+d = np.arange(64 * 256, dtype=np.int32).reshape(64, 256) % 5 + 1
+h(xs[0], xs[1], tf.constant(d))
+d[5, 7] = 0
+try:
+    h(xs[0], xs[1], tf.constant(d))
+    print("no error")
+except tf.errors.InvalidArgumentError as e:
+    print("error:", "Integer division by zero" in str(e))
+"""
+
+
+@pytest.mark.parametrize("threads, expect", [
+    (2, "1 0"),      # a 3-task group: every one of 2 threads gets a task
+    (8, "0 1"),      # 8 threads, 3 tasks: each step split over the 8 instead
+])
+def test_the_launch_decides_by_its_threads(tmp_path, threads, expect):
+    """Whether a group runs concurrently depends on the intra-op pool the launch gets,
+    decided at run time: both sides, whatever this machine's core count."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "group.py"
+    script.write_text(GROUP_PROGRAM)
+    out = subprocess.run([sys.executable, str(script), str(threads)], capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-2:] == [expect, "error: True"], out.stdout

@@ -562,13 +562,18 @@ def kernel_choices() -> dict:
 
 
 def stats() -> dict:
-    """Launch cache hits and misses, and variable updates written in place or into a
-    fresh buffer, since the op library loaded."""
+    """Launch cache hits and misses, variable updates written in place or into a fresh
+    buffer, and concurrent groups (passes/concurrency.py) run concurrently or one step
+    at a time, since the op library loaded."""
     if _library is None:
-        return {"hits": 0, "misses": 0, "updates_in_place": 0, "updates_fresh": 0}
+        return {"hits": 0, "misses": 0, "updates_in_place": 0, "updates_fresh": 0,
+                "groups_concurrent": 0, "groups_one_at_a_time": 0}
     hits, misses = ctypes.c_int64(), ctypes.c_int64()
     _library.c.TfjitGetStats(ctypes.byref(hits), ctypes.byref(misses))
     in_place, fresh = ctypes.c_int64(), ctypes.c_int64()
     _library.c.TfjitGetUpdateStats(ctypes.byref(in_place), ctypes.byref(fresh))
+    concurrent, alone = ctypes.c_int64(), ctypes.c_int64()
+    _library.c.TfjitGetGroupStats(ctypes.byref(concurrent), ctypes.byref(alone))
     return {"hits": hits.value, "misses": misses.value, "updates_in_place": in_place.value,
-            "updates_fresh": fresh.value}
+            "updates_fresh": fresh.value, "groups_concurrent": concurrent.value,
+            "groups_one_at_a_time": alone.value}

@@ -341,9 +341,8 @@ class TfjitLaunchOp : public AsyncOpKernel {
     bufs[n_in + n_out + n_tmp] = &status;
     bufs.back() = &runtime;
     const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    const bool groups = tfjit::RunsGroups(workers);
     for (int s = 0; s < exe.num_steps && status.code == 0;) {
-      if (groups && exe.steps[s].group > 1) {     // tasks sharing no memory, run at once
+      if (exe.steps[s].group > 1) {     // tasks that share no memory (passes/concurrency.py)
         tfjit::RunGroup(workers, exe.steps + s, bufs.data(), bufs.size(), &status, &runtime);
         s += exe.steps[s].group;
       } else {

@@ -31,12 +31,10 @@ struct RuntimeContext {
 void RunSplit(const DeviceBase::CpuWorkerThreads* workers, TfjitKernelFn fn, void** bufs,
               int64_t rows, int64_t cost_per_row);
 
-// Can a launch run concurrent groups with these workers (more than one thread)?
-bool RunsGroups(const DeviceBase::CpuWorkerThreads* workers);
-
 // Runs the concurrent group that starts at `steps` (steps[0].group steps: abi.h) with
-// the calling thread and `workers`' pool, each task on one thread, and returns when
-// all have run; `bufs` is the launch's pointer array (`num_bufs` slots, status and
+// the calling thread and `workers`' pool, each task on one thread, where the pool has
+// no more threads than the group has tasks (else one step at a time, each split as
+// RunSplit splits it), and returns when all have run; `bufs` is the launch's pointer array (`num_bufs` slots, status and
 // runtime last). The first failing task in step order leaves its status in `status`
 // and its library error in `runtime`.
 void RunGroup(const DeviceBase::CpuWorkerThreads* workers, const TfjitStep* steps,
