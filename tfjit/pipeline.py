@@ -135,7 +135,10 @@ class GroupConcurrent:
     name = "concurrency"
 
     def run(self, o: Optimized):
-        s = concurrency.schedule(o.module, o.fusions, o.plan)
+        if settings.flags().tfjit_concurrent_groups:
+            s = concurrency.schedule(o.module, o.fusions, o.plan)
+        else:                   # --tfjit_concurrent_groups=false: the schedule as it is
+            s = concurrency.Schedule(list(o.fusions), [[1]] * len(o.fusions), {})
         o.fusions, o.groups = s.fusions, s.groups
         return s
 

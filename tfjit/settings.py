@@ -46,6 +46,8 @@ class Flags:
     tfjit_compile_processes: int = 0         # compile servers per module (0: up to 4 cores)
     tfjit_tiered_compile: bool = True        # big modules: quick code first, optimised behind
     tfjit_auto_max_kernels: int = 2000       # auto mode: a cluster with more kernels runs in TF
+    tfjit_concurrent_groups: bool = True     # kernels sharing no memory may run at once
+                                             # (passes/concurrency.py)
     tfjit_verify_ir: bool = False            # the IR verifier after every pass, and shared kernel
                                              # bodies re-emitted and compared (Target.verify_sharing;
                                              # the tests turn it on)

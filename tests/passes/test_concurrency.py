@@ -129,3 +129,9 @@ def test_a_placement_that_does_not_fit_the_order_is_caught():
     assert concurrency.clobbered(o.module, o.fusions, o.plan) == []
     o.plan.temp_offsets = [0] * len(o.plan.temp_offsets)
     assert concurrency.clobbered(o.module, o.fusions, o.plan)
+
+
+def test_the_flag_keeps_fusions_order(flags):
+    flags.tfjit_concurrent_groups = False
+    o = optimized(branches(4))
+    assert all(tasks == [1] for tasks in o.groups)

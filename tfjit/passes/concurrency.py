@@ -206,15 +206,16 @@ def _accesses(m, fusions: list, plan) -> tuple:
     (and an update written in place into variable input k), ("out", o) for output o,
     ("temp", t) for temp t."""
     n_in, n_out = plan.num_inputs, plan.num_outputs
-    first_update = n_out - len(m.updates)
+    counts = len(set(m.output_rows.values()))           # row counts: the last outputs
+    first_update = n_out - counts - len(m.updates)      # variable updates: just before
 
     def memory(slot: int):
         if slot < n_in:
             return ("in", slot)
         if slot < n_in + n_out:
             o = slot - n_in
-            if o >= first_update:       # the launch may hand it the variable's own buffer
-                return ("in", m.updates[o - first_update])
+            if first_update <= o < first_update + len(m.updates):
+                return ("in", m.updates[o - first_update])   # maybe the variable's own buffer
             return ("out", o)
         return ("temp", slot - n_in - n_out)
 
