@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -78,7 +79,12 @@ def test_a_server_that_dies_is_an_error_and_the_next_compile_starts_another():
     code = _check(_fn(4.0))               # a new server
     assert client.pid not in (None, first)
     os.kill(client.pid, signal.SIGKILL)   # killed between compiles: noticed before sending
-    os.waitpid(client.pid, 0)
+    # the client's pid reads None once its poll() has seen the death (and reaped it):
+    # reading the pid again for waitpid raced with that (CI, 2026-12-05: TypeError)
+    deadline = time.monotonic() + 60
+    while client.pid is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert client.pid is None
     _check(_fn(5.0))
 
 

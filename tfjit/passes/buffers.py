@@ -289,7 +289,8 @@ class _Assigner:
 ALIGN = abi.ALIGN     # bytes: every temp starts on a cache line (the kernels' loads assume it)
 
 
-def place_temps(plan: BufferPlan, fusions: list, positions: list | None = None) -> None:
+def place_temps(plan: BufferPlan, fusions: list, positions: list | None = None,
+                read: dict | None = None) -> None:
     """Offsets of the temps in one arena (``plan.temp_offsets``): temps whose live
     ranges (first to last kernel that touches them) are disjoint may share bytes.
 
@@ -307,7 +308,7 @@ def place_temps(plan: BufferPlan, fusions: list, positions: list | None = None) 
 
     ``positions``: per kernel, when it runs (default: its index).  Kernels of one
     concurrent group (passes/concurrency.py) share a position: their temps are all live
-    at once.
+    at once.  ``read``: per kernel, its ``read_values`` where the caller has them.
     """
     sizes = plan.temp_bytes
     first = plan.num_inputs + plan.num_outputs
@@ -320,7 +321,7 @@ def place_temps(plan: BufferPlan, fusions: list, positions: list | None = None) 
 
     if not any(f.kind in fusion_mod.CONTROL for f in fusions):
         for j, f in zip(positions or range(len(fusions)), fusions):
-            for v in [*f.roots, *read_values(f, plan.slots)]:
+            for v in [*f.roots, *(read[f] if read is not None else read_values(f, plan.slots))]:
                 for slot in plan.slots.get(v, ()):
                     touch(slot, j)
             if f in plan.scratch:

@@ -53,6 +53,11 @@ TRANSCENDENTAL_FLOPS = 10       # an exp or a tanh counts as this many flops
 MIN_GROUP_NS = 50_000
 MIN_SHARE = 0.25
 
+# A task grows by at most this many kernels. An Inception branch is 2-9; without a bound,
+# a task seeded by a train step's forward chain grew through the rest of the step at
+# every try (DenseNet121's train step, 3667 kernels: 4.0 s of 4.8 in this pass).
+MAX_TASK_KERNELS = 64
+
 
 @dataclasses.dataclass
 class Schedule:
@@ -77,11 +82,15 @@ class Schedule:
         return out
 
 
-def estimate_ns(f, plan) -> float:
-    """Estimated time of kernel f on one thread, in ns (order of magnitude)."""
-    c = cost_mod.kernel_cost(f, plan)
+def estimate_ns(f, read: set) -> float:
+    """Estimated time of kernel f, which reads the buffers of ``read``, on one thread, in
+    ns (order of magnitude): cost.instr_cost of its own instructions (not the cheap ones
+    it recomputes, which passes/cost.py finds by a walk that cost this pass most of its
+    time), and the bytes it reads and writes."""
+    flops = sum(a + TRANSCENDENTAL_FLOPS * b for a, b in map(cost_mod.instr_cost, f.instrs))
+    moved = sum(buffers.nbytes(v) for v in read) + sum(buffers.nbytes(r) for r in f.roots)
     rate = LIBRARY_FLOPS_PER_NS if f.kind == "library" else LOOP_FLOPS_PER_NS
-    return (c.flops + TRANSCENDENTAL_FLOPS * c.transcendentals) / rate + c.bytes_accessed / BYTES_PER_NS
+    return flops / rate + moved / BYTES_PER_NS
 
 
 def schedule(m, fusions: list, plan) -> Schedule:
@@ -95,10 +104,11 @@ def schedule(m, fusions: list, plan) -> Schedule:
     ready kernels run one at a time and their users seed the next try (an InceptionV3
     module starts with one convolution, which its branches' 1x1 convolutions became;
     the branches part after it)."""
-    estimates = {f: estimate_ns(f, plan) for f in fusions}
     if len(fusions) < 2 or any(f.kind in fusion_mod.CONTROL for f in fusions):
-        return Schedule(list(fusions), [[1]] * len(fusions), estimates)
-    deps = dependencies(m, fusions, plan)
+        return Schedule(list(fusions), [[1]] * len(fusions), {})
+    read = {f: {v for v in buffers.read_values(f, plan.slots) if v in plan.slots} for f in fusions}
+    estimates = {f: estimate_ns(f, read[f]) for f in fusions}
+    deps = dependencies(m, fusions, plan, read)
     users: list = [[] for _ in fusions]
     for j, d in enumerate(deps):
         for i in d:
@@ -137,7 +147,7 @@ def schedule(m, fusions: list, plan) -> Schedule:
     if order != list(fusions) or len(groups) < len(order):
         # lifetimes by the new positions: the kernels of one group are one position, so
         # the temps they touch never share bytes (the dependencies above ignored sharing)
-        buffers.place_temps(plan, order, positions)
+        buffers.place_temps(plan, order, positions, read)
     return Schedule(order, groups, estimates)
 
 def _grow_tasks(ready: list, deps: list, users: list, placed: list) -> list:
@@ -154,7 +164,7 @@ def _grow_tasks(ready: list, deps: list, users: list, placed: list) -> list:
             for d in deps[u]:
                 if not placed[d]:
                     owners.add(task_of.get(d, -1))
-            if len(owners) == 1 and -1 not in owners:
+            if len(owners) == 1 and -1 not in owners and len(tasks[min(owners)]) < MAX_TASK_KERNELS:
                 k = owners.pop()
                 task_of[u] = k
                 tasks[k].append(u)
@@ -170,12 +180,12 @@ def concurrent(times: list) -> bool:
     return total >= MIN_GROUP_NS and total - largest >= MIN_SHARE * largest
 
 
-def dependencies(m, fusions: list, plan) -> list:
+def dependencies(m, fusions: list, plan, read: dict | None = None) -> list:
     """Per kernel (by position), the earlier kernels it must follow: those that write
     memory it reads or writes, or read memory it writes.  Temps count as memory of their
     own, not as the arena bytes they share with others: ``schedule`` places the temps
     again for the new order."""
-    reads, writes = _accesses(m, fusions, plan)
+    reads, writes = _accesses(m, fusions, plan, read)
     aliases: dict = {}
     last_writer: dict = {}         # memory -> the last kernel that wrote it
     readers: dict = {}             # memory -> kernels that read it since
@@ -201,7 +211,7 @@ def dependencies(m, fusions: list, plan) -> list:
     return deps
 
 
-def _accesses(m, fusions: list, plan) -> tuple:
+def _accesses(m, fusions: list, plan, read: dict | None = None) -> tuple:
     """Per kernel, the memory it reads and the memory it writes: ("in", k) for input k
     (and an update written in place into variable input k), ("out", o) for output o,
     ("temp", t) for temp t."""
@@ -221,7 +231,8 @@ def _accesses(m, fusions: list, plan) -> tuple:
 
     reads, writes = [], []
     for f in fusions:
-        r = {memory(plan.slots[v][0]) for v in buffers.read_values(f, plan.slots) if v in plan.slots}
+        values = read[f] if read is not None else buffers.read_values(f, plan.slots)
+        r = {memory(plan.slots[v][0]) for v in values if v in plan.slots}
         w = {memory(s) for root in f.roots for s in plan.slots.get(root, ())}
         if f in plan.scratch:
             w.add(memory(plan.scratch[f]))
