@@ -11,16 +11,26 @@ concurrently, and this pass lets the launch op do the same.
 
 After buffer assignment, every kernel's reads and writes are known as memory:
 parameters, outputs (an updated variable's output is its input's buffer when it
-may be updated in place) and byte ranges of the temp arena (temps with disjoint
-lifetimes share bytes, ``buffers.place_temps``, so two temps may be one memory).
-Kernel b depends on an earlier kernel a when one of them writes memory the other
-reads or writes.  Any order that keeps every such pair in order computes what the
-schedule computed, so the kernels are regrouped by level (one above the highest
-kernel each depends on): the kernels of one level depend on none of each other.
-A level becomes a *group* that the launch op may run concurrently (each kernel on
-one thread, TF's library kernels held to that thread) when it has enough work to
-share (``concurrent``); other levels run one kernel at a time as before.  Kernels
-are reordered level by level, which keeps every dependent pair in order.
+may be updated in place) and temps.  Kernel b depends on an earlier kernel a when
+one of them writes memory the other reads or writes.  Any order that keeps every
+such pair in order computes what the schedule computed.  ``schedule`` walks the
+kernels as they become ready and forms *groups of tasks*: each task a chain of
+kernels that depends only on kernels already run and on its own earlier kernels (a
+branch of an Inception module, from its first convolution to the concatenation), no
+task on another.  The launch op runs a group's tasks at once, each on one thread with
+TF's library kernels held to that thread (runtime/parallel.cc ``RunGroup``), where
+its intra-op pool has no more threads than the group has tasks; otherwise, and for
+every kernel outside a group, one kernel at a time as before.  A group is made only
+where the estimated work pays for waking a thread (``concurrent``).
+
+Temps were placed (``buffers.place_temps``) for the old order, sharing bytes between
+temps whose lifetimes did not overlap in it.  The dependencies above count each temp
+as memory of its own, and the temps are placed again for the new order with every
+kernel of one group at one position, so the temps one group touches never share
+bytes.  The verifier (ir/verify.py ``concurrent_groups``) checks both properties on
+the result: no two tasks of a group touch the same bytes where one writes them
+(``group_conflicts``), and no kernel reads a temp whose bytes were taken over since
+it was written (``clobbered``).
 
 Clusters with control flow keep their schedule: their drivers re-point and swap
 slots between calls, which the slot-level view below does not see.  Targets

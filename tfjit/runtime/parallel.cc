@@ -1,6 +1,7 @@
 // Splitting one kernel step over the launch's thread pool (RunSplit), for the
 // launch op's top-level steps (runtime/launch_op.cc RunStep) and for
-// tfjit_rt_parallel_for.
+// tfjit_rt_parallel_for; and running a concurrent group's tasks at once, one per
+// thread (RunGroup, passes/concurrency.py).
 //
 // The drivers that tfjit generates for control flow (codegen/control.py) run a
 // loop body's kernels themselves, inside one step of the launch; for a step

@@ -31,12 +31,12 @@ struct RuntimeContext {
 void RunSplit(const DeviceBase::CpuWorkerThreads* workers, TfjitKernelFn fn, void** bufs,
               int64_t rows, int64_t cost_per_row);
 
-// Runs the concurrent group that starts at `steps` (steps[0].group steps: abi.h) with
-// the calling thread and `workers`' pool, each task on one thread, where the pool has
-// no more threads than the group has tasks (else one step at a time, each split as
-// RunSplit splits it), and returns when all have run; `bufs` is the launch's pointer array (`num_bufs` slots, status and
-// runtime last). The first failing task in step order leaves its status in `status`
-// and its library error in `runtime`.
+// Runs the concurrent group that starts at `steps` (steps[0].group steps: abi.h) and
+// returns when all of it has run: with the calling thread and `workers`' pool, each
+// task on one thread, where the pool has no more threads than the group has tasks;
+// else one step at a time, each split as RunSplit splits it. `bufs` is the launch's
+// pointer array (`num_bufs` slots, status and runtime last). The first failing task
+// in step order leaves its status in `status` and its library error in `runtime`.
 void RunGroup(const DeviceBase::CpuWorkerThreads* workers, const TfjitStep* steps,
               void** bufs, int64_t num_bufs, TfjitStatus* status, RuntimeContext* runtime);
 
