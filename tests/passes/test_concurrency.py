@@ -8,7 +8,7 @@ import pytest
 
 from tfjit import pipeline
 from tfjit.ir.parse import parse_module
-from tfjit.passes import concurrency
+from tfjit.passes import buffers, concurrency
 from tfjit.runtime import launch
 
 
@@ -85,7 +85,6 @@ def test_a_chain_and_small_branches_stay_one_kernel_at_a_time():
 def test_conflicts_are_found_when_temps_share_bytes():
     """The verifier's check: the branches' kernels with the sequential placement (temps
     reused across branches) would clash in one group."""
-    from tfjit.passes import buffers
     o = optimized(branches(4))
     buffers.place_temps(o.plan, o.fusions)         # placement by position, groups ignored
     assert concurrency.group_conflicts(o.module, o.fusions, o.groups, o.plan)
@@ -135,3 +134,20 @@ def test_the_flag_keeps_fusions_order(flags):
     flags.tfjit_concurrent_groups = False
     o = optimized(branches(4))
     assert all(tasks == [1] for tasks in o.groups)
+
+
+def test_branches_of_loops_and_reductions_are_not_grouped():
+    """tfjit's own kernels split over the threads well on their own: four independent
+    branches of big elementwise work and a reduction, no library call, stay one kernel
+    at a time (counted as work of their own, they would make a group)."""
+    lines = ["module loops {", "  %p0 = f32[512,1024] parameter(0)"]
+    for k, op in enumerate(["exp", "tanh", "logistic", "cos"]):
+        lines += [f"  %e{k} = f32[512,1024] {op}(%p0)",
+                  f"  %r{k} = f32[512] reduce(%e{k}), kind=sum, ndims=1",
+                  f"  %b{k} = f32[512,1024] broadcast(%r{k}), dims={{0}}",
+                  f"  %d{k} = f32[512,1024] divide(%e{k}, %b{k})"]
+    lines += ["  ROOT (%d0, %d1, %d2, %d3)", "}"]
+    o = optimized("\n".join(lines) + "\n")
+    assert all(tasks == [1] for tasks in o.groups)
+    read = {f: buffers.read_values(f, o.plan.slots) for f in o.fusions}
+    assert concurrency.concurrent([concurrency.estimate_ns(f, read[f]) for f in o.fusions])
