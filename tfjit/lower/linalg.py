@@ -41,50 +41,6 @@ def _sparse_matmul(ctx):
     return _matmul(dataclasses.replace(ctx, inputs=[a, b]))
 
 
-@register("_FusedMatMul", dtypes=_DTYPES, half_in_f32=True)
-def _fused_matmul(ctx):
-    """Grappler's remapper fuses MatMul + BiasAdd (+ Add, + an activation) before tfjit's
-    graph pass sees a tf.function's graph: each fused op is lowered by its own rule, in
-    order, so the semantics are those ops' own (TF's fused kernel applies them in turn)."""
-    from tfjit.graph.graphdef import Node
-    from tfjit.lower.registry import lower_node
-    a, b, *args = ctx.inputs
-    if a.rank != 2 or b.rank != 2:
-        raise Unsupported(f"_FusedMatMul needs matrices, got ranks {a.rank} and {b.rank}")
-    x = ctx.m.dot(a, b, bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b")))
-    t = {"T": ctx.node.attrs["T"]}
-    for raw in ctx.attr("fused_ops", ()):
-        op = raw.decode() if isinstance(raw, bytes) else str(raw)
-        step = lambda name, attrs=t: Node(f"{ctx.node.name}/{op}", name, [], [], attrs)  # noqa: E731
-        if op in ("BiasAdd", "Add", "AddV2"):
-            if not args:
-                raise Unsupported(f"_FusedMatMul: {op} without an argument")
-            x, = lower_node(ctx.m, step("BiasAdd" if op == "BiasAdd" else "AddV2"), [x, args.pop(0)])
-        elif op in ("Relu", "Relu6", "Elu", "Tanh", "Sigmoid"):
-            x, = lower_node(ctx.m, step(op), [x])
-        elif op == "LeakyRelu":
-            x, = lower_node(ctx.m, step(op, {**t, "alpha": ctx.attr("leakyrelu_alpha", 0.2)}), [x])
-        elif op in ("GeluExact", "GeluApproximate"):
-            x = _gelu(ctx.m, x, exact=op == "GeluExact")
-        else:
-            raise Unsupported(f"_FusedMatMul with fused op {op!r}")
-    return x
-
-
-def _gelu(m: Module, x: Instr, exact: bool) -> Instr:
-    """TF's fused GELU: 0.5 x (1 + erf(x / sqrt 2)), or its tanh approximation."""
-    def c(v):
-        return registry.scalar_like(m, v, x)
-    if exact:
-        inner = m.elementwise(Op.ERF, m.elementwise(Op.MUL, x, c(1 / math.sqrt(2.0))))
-    else:
-        cube = m.elementwise(Op.MUL, m.elementwise(Op.MUL, x, x), x)
-        poly = m.elementwise(Op.ADD, x, m.elementwise(Op.MUL, cube, c(0.044715)))
-        inner = m.elementwise(Op.TANH, m.elementwise(Op.MUL, poly, c(math.sqrt(2 / math.pi))))
-    half = m.elementwise(Op.MUL, x, c(0.5))
-    return m.elementwise(Op.MUL, half, m.elementwise(Op.ADD, inner, c(1.0)))
-
-
 @register("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", dtypes=_DTYPES, half_in_f32=True)
 def _batch_matmul(ctx):
     a, b = ctx.inputs

@@ -139,8 +139,10 @@ class Complex:
 def register(*ops: str, dtypes=NUMERIC, half_in_f32: bool = False, tf_passes: int = 1,
              opaque_types=(), type_attr: str = "T", const_inputs=(), quantized=()):
     """``tf_passes``: how many passes over its tensors TF's own kernel for the op makes
-    (Softmax: 4); auto-clustering counts the node as that many effective ops, so an op
-    that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone.
+    (Softmax: 4), or for a node grappler's remapper fused (lower/grappler_fused.py), how
+    many ops it stands for; auto-clustering counts the node as that many effective ops, so
+    an op that TF runs as several memory passes, and tfjit fuses, is worth a cluster alone,
+    and a fused node counts as the ops the user wrote.
     ``opaque_types``: TF types (by name, e.g. "variant") the node's type attributes may
     list although tfjit computes no tensors of them (control flow carries TensorLists and
     variables as the values they stand for).  ``type_attr``: the attribute holding the
@@ -259,7 +261,7 @@ def const_inputs(node: Node, value_of=lambda i: None) -> list:
 
 
 def multi_pass_ops() -> dict:
-    """{op: tf_passes} for every op whose TF kernel makes more than one pass."""
+    """{op: tf_passes} for every op that counts as more than one (``register``)."""
     return {op: r.tf_passes for op, r in RULES.items() if r.tf_passes > 1}
 
 
