@@ -307,3 +307,12 @@ def test_auto_mode_clusters_onednn_fused_activations_alone():
     out = json.loads(run.stdout.split("RESULT", 1)[1])
     assert out["mish"][0] == ["_MklFusedMish"] and out["swish"][0] == ["_MklSwish"], out
     assert out["mish"][1] < 1e-6 and out["swish"][1] < 1e-6, out
+
+
+def test_a_fused_convolution_with_another_filter_layout_is_refused():
+    x, w, b = tf.ones([1, 4, 4, 2]), tf.ones([3, 2, 1, 1]), tf.ones([3])
+    attrs = {"T": tf.float32, "TArgs": [tf.float32], "num_args": 1, "strides": [1, 1, 1, 1],
+             "padding": b"VALID", "data_format": b"NHWC", "dilations": [1, 1, 1, 1],
+             "fused_ops": [b"BiasAdd"], "filter_format": b"OIHW"}
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"_FusedConv2D.*filter_format.*OIHW"):
+        tfjit.function(_node_fn("_FusedConv2D", [x, w, b], attrs))(x, w, b)

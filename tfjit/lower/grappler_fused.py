@@ -139,6 +139,8 @@ def _conv_attrs(ctx: LowerCtx) -> dict:
 def _fused_conv2d(ctx):
     if int(ctx.attr("num_host_args", 0)):
         raise Unsupported("_FusedConv2D with host arguments (a quantized form)")
+    if ctx.attr("filter_format", b"HWIO") != b"HWIO":
+        raise Unsupported(f"_FusedConv2D with filter_format {ctx.attr('filter_format')!r}")
     x, w, *args = ctx.inputs
     y, = _step(ctx, "Conv2D", [x, w], **_conv_attrs(ctx))
     return _epilogue(ctx, y, args)
