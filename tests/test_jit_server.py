@@ -220,3 +220,17 @@ def test_a_client_gone_mid_request_ends_the_server_quietly():
 
     with os.fdopen(read_fd, "rb") as r:
         assert jit_server._serve(r, Gone(), 5.0) == 0
+
+
+def test_a_client_that_exits_with_a_reply_unread_ends_the_server_quietly():
+    """A client that ends (an uncaught exception in the user's program) with one of
+    the server's replies unread in its socket resets the connection: the server's next
+    read fails with ECONNRESET, not EOF, and must end as quietly."""
+    import socket
+    client, server = socket.socketpair()
+    with server.makefile("wb") as out:
+        jit_server._send(out, ("ok", None))        # a reply the client never reads
+    client.close()
+    with server.makefile("rb") as inp, server.makefile("wb") as out:
+        assert jit_server._serve(inp, out, 5.0) == 0
+    server.close()

@@ -210,7 +210,9 @@ def _serve(inp, out, idle_seconds: float) -> int:
             return IDLE_EXIT
         try:
             message = _receive(inp)
-        except EOFError:
+        except (EOFError, ConnectionResetError):
+            # the client is gone: a reset, not an EOF, when it exited (an uncaught
+            # exception included) with a reply of ours still unread in its socket
             return 0
         try:
             reply = ("ok", handle(*message))
