@@ -281,9 +281,13 @@ import json, numpy as np, tensorflow as tf
 from tfjit import config
 from tfjit.api import autojit
 x = tf.constant(np.linspace(-30, 30, 4096, dtype=np.float32).reshape(64, 64))
+q = tf.constant(np.random.default_rng(0).standard_normal((2, 4, 16, 8)), tf.float32)
+mask = tf.constant(np.random.default_rng(1).standard_normal((2, 1, 16, 16)), tf.float32)
 out = {}
-for name, fn in {"mish": lambda a: a * tf.tanh(tf.nn.softplus(a)),
-                 "swish": lambda a: a * tf.sigmoid(a)}.items():
+for name, fn, x in [("mish", lambda a: a * tf.tanh(tf.nn.softplus(a)), x),
+                    ("swish", lambda a: a * tf.sigmoid(a), x),
+                    ("attention", lambda a: tf.nn.softmax(
+                        tf.matmul(a, a, transpose_b=True) * 0.35 + mask), q)]:
     autojit.recent.clear()
     got = tf.function(fn)(x).numpy()
     ops = sorted({r.graph.nodes[n].op for r in autojit.recent for s in r.specs for n in s.nodes})
@@ -297,8 +301,9 @@ print("RESULT", json.dumps(out))
 
 def test_auto_mode_clusters_onednn_fused_activations_alone():
     """With oneDNN's rewrites on (TF's default on x86), the remapper turns Mish and
-    Swish into one _MklFusedMish / _MklSwish node: auto mode clusters that lone node
-    (it counts as the ops it stands for) and matches TF."""
+    Swish into one _MklFusedMish / _MklSwish node and attention's scaled, masked
+    scores into _MklFusedBatchMatMulV2: auto mode clusters them (a lone node counts as
+    the ops it stands for) and matches TF."""
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1",
                TFJIT_FLAGS="--tfjit_auto_jit=2 --tfjit_cpu_global_jit")
     run = subprocess.run([sys.executable, "-c", ONEDNN_PROGRAM], capture_output=True, text=True,
@@ -306,7 +311,8 @@ def test_auto_mode_clusters_onednn_fused_activations_alone():
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.split("RESULT", 1)[1])
     assert out["mish"][0] == ["_MklFusedMish"] and out["swish"][0] == ["_MklSwish"], out
-    assert out["mish"][1] < 1e-6 and out["swish"][1] < 1e-6, out
+    assert "_MklFusedBatchMatMulV2" in out["attention"][0], out
+    assert all(err < 1e-6 for _, err in out.values()), out
 
 
 def test_a_fused_convolution_with_another_filter_layout_is_refused():
@@ -316,3 +322,20 @@ def test_a_fused_convolution_with_another_filter_layout_is_refused():
              "fused_ops": [b"BiasAdd"], "filter_format": b"OIHW"}
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"_FusedConv2D.*filter_format.*OIHW"):
         tfjit.function(_node_fn("_FusedConv2D", [x, w, b], attrs))(x, w, b)
+
+
+@pytest.mark.parametrize("adj", [(False, False), (False, True), (True, False)], ids=str)
+@pytest.mark.parametrize("fused", [("Mul",), ("Mul", "Add"), ("Add",)], ids="+".join)
+def test_fused_batch_matmul_matches_the_ops_it_stands_for(fused, adj, rng):
+    a = rng.standard_normal((2, 3, 8, 5) if adj[0] else (2, 3, 5, 8))
+    b = rng.standard_normal((2, 3, 7, 8) if adj[1] else (2, 3, 8, 7))
+    args = [rng.standard_normal(()) if op == "Mul" else rng.standard_normal((2, 1, 5, 7))
+            for op in fused]
+    inputs = [tf.constant(v, tf.float32) for v in [a, b, *args]]
+    attrs = {"T": tf.float32, "adj_x": adj[0], "adj_y": adj[1], "num_args": len(args),
+             "fused_ops": [f.encode() for f in fused]}
+    got, = tfjit.function(_node_fn("_MklFusedBatchMatMulV2", inputs, attrs))(*inputs)
+    want = tf.matmul(inputs[0], inputs[1], adjoint_a=adj[0], adjoint_b=adj[1])
+    for op, arg in zip(fused, inputs[2:]):
+        want = want * arg if op == "Mul" else want + arg
+    assert_matches(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)

@@ -12,10 +12,12 @@ fused kernels apply them in turn) and fusion and the simplifier see the plain op
 
 _FusedMatMul, _FusedConv2D, _FusedDepthwiseConv2dNative
     the product, then ``fused_ops`` in order, each taking its arguments from ``args``:
-    BiasAdd (bias), Add (addend), FusedBatchNorm (scale, offset, mean, variance; the
+    BiasAdd (bias), Add (addend), Mul (factor), FusedBatchNorm (scale, offset, mean, variance; the
     node's ``epsilon``), then an activation: Relu, Relu6, Elu, LeakyRelu (the node's
     ``leakyrelu_alpha``), Tanh, Sigmoid, GeluExact, GeluApproximate, _MklSwish,
     _FusedHardSwish.
+_MklFusedBatchMatMulV2
+    BatchMatMulV2, then ``fused_ops`` as above (oneDNN's: Mul by a scale, Add).
 _FusedBatchNormEx   FusedBatchNormV3, plus the side input, then Identity or an activation.
 _MklSwish           x * sigmoid(x).
 _MklFusedMish       x * tanh(softplus(x)).
@@ -108,6 +110,8 @@ def _epilogue(ctx: LowerCtx, x: Instr, args: list) -> Instr:
             x, = _step(ctx, "BiasAdd", [x, *take(op, 1)])
         elif op in ("Add", "AddV2"):
             x, = _step(ctx, "AddV2", [x, *take(op, 1)])
+        elif op == "Mul":
+            x, = _step(ctx, "Mul", [x, *take(op, 1)])
         elif op == "FusedBatchNorm":
             if x.dtype not in BN_TYPES:
                 raise Unsupported(f"{ctx.node.op}: FusedBatchNorm of {x.dtype}")
@@ -129,6 +133,15 @@ def _fused_matmul(ctx):
         raise Unsupported(f"_FusedMatMul needs matrices, got ranks {a.rank} and {b.rank}")
     x = ctx.m.dot(a, b, bool(ctx.attr("transpose_a")), bool(ctx.attr("transpose_b")))
     return _epilogue(ctx, x, args)
+
+
+@register("_MklFusedBatchMatMulV2", dtypes=(dt.BF16, dt.F32), half_in_f32=True, tf_passes=2)
+def _fused_batch_matmul(ctx):
+    """oneDNN's batched product with its scale and addend (attention's ``q k^T * s + mask``)."""
+    x, y, *args = ctx.inputs
+    prod, = _step(ctx, "BatchMatMulV2", [x, y], adj_x=ctx.attr("adj_x", False),
+                  adj_y=ctx.attr("adj_y", False))
+    return _epilogue(ctx, prod, args)
 
 
 def _conv_attrs(ctx: LowerCtx) -> dict:
