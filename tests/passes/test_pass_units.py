@@ -205,3 +205,46 @@ def test_a_special_function_weighs_a_kernels_cost_per_row(op, cycles):
     _, steps = llvm_cpu.emit_module("special", o.fusions, o.plan, [], target)
     ((_, rows, per_row),) = steps
     assert rows == 65536 // fusion.FLAT_BLOCK and per_row == fusion.FLAT_BLOCK * (cycles + 1)
+
+
+SILU_GLU = """module silu_glu {
+  %p0 = f32[6,8] parameter(0)
+  %p1 = f32[8,6] parameter(1)
+  %p2 = f32[6,8] parameter(2)
+  %dot.3 = f32[6,6] dot(%p0, %p1), transpose_lhs=0, transpose_rhs=0
+  %logistic.4 = f32[6,6] logistic(%dot.3)
+  %multiply.5 = f32[6,6] multiply(%dot.3, %logistic.4)
+  %exp.6 = f32[6,6] exp(%multiply.5)
+  %dot.7 = f32[6,8] dot(%exp.6, %p2), transpose_lhs=0, transpose_rhs=0
+  %reduce.8 = f32[6] reduce(%dot.7), kind=sum, ndims=1
+  %broadcast.9 = f32[6,6] broadcast(%reduce.8), dims={0}
+  %multiply.10 = f32[6,6] multiply(%broadcast.9, %logistic.4)
+  %add.11 = f32[6,6] add(%multiply.10, %multiply.5)
+  ROOT (%dot.7, %add.11)
+}
+"""
+
+
+def test_a_value_read_by_two_kernels_is_an_extra_root_of_its_forward_consumer():
+    """silu(x) before a GEMM, also read after it (a backward): the chain joins the
+    kernel that feeds the GEMM as extra roots instead of one kernel per value."""
+    o = pipeline.optimize(parse_module(SILU_GLU), pipeline.Options(verify=True))
+    (home,) = [f for f in o.fusions if any(r.op is Op.EXP for r in f.roots)]
+    assert {r.op for r in home.roots} == {Op.EXP, Op.MUL, Op.LOGISTIC}, home.roots
+    assert sum("is also a root of" in n for n in home.notes) == 2
+    # no kernel of its own for the logistic or the product
+    assert all(len(f.roots) > 1 or f.roots[0].op not in (Op.LOGISTIC, Op.MUL)
+               for f in o.fusions if f.kind == "loop")
+    later = [f for f in o.fusions if o.fusions.index(f) > o.fusions.index(home)]
+    assert any(Op.ADD in {r.op for r in f.roots} for f in later)
+
+
+def test_an_extra_root_needs_the_consumers_own_index():
+    """A consumer that reads the value at other indices (a transpose) is no home for it:
+    the logistic keeps a kernel of its own."""
+    text = SILU_GLU.replace("%exp.6 = f32[6,6] exp(%multiply.5)",
+                            "%transpose.20 = f32[6,6] transpose(%logistic.4), perm={1,0}\n"
+                            "  %exp.6 = f32[6,6] add(%dot.3, %transpose.20)")
+    o = pipeline.optimize(parse_module(text), pipeline.Options(verify=True))
+    (own,) = [f for f in o.fusions if any(r.op is Op.LOGISTIC for r in f.roots)]
+    assert [r.op for r in own.roots] == [Op.LOGISTIC]
