@@ -248,3 +248,44 @@ def test_an_extra_root_needs_the_consumers_own_index():
     o = pipeline.optimize(parse_module(text), pipeline.Options(verify=True))
     (own,) = [f for f in o.fusions if any(r.op is Op.LOGISTIC for r in f.roots)]
     assert [r.op for r in own.roots] == [Op.LOGISTIC]
+
+
+def test_a_cycle_among_kernels_is_an_error_not_a_hang():
+    """Kernels that read each other's roots (a fusion bug) make KernelGraph raise; its
+    level walk would otherwise push the cycle's kernels forever."""
+    from tfjit.ir.module import IRError
+    from tfjit.passes.kernel_graph import KernelGraph
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+    a, b, c = (Kernel(n) for n in "abc")
+    owner = {"ra": a, "rb": b, "rc": c}
+    KernelGraph([a, b, c], {a: {"rb"}, b: {"rc"}, c: set()}, owner)       # a chain: fine
+    with pytest.raises(IRError, match="cycle"):
+        KernelGraph([a, b, c], {a: {"rb"}, b: {"rc"}, c: {"ra"}}, owner)
+
+
+THROUGH_IN_PLACE_RESHAPE = """module through_reshape {
+  %p0 = f32[4,6] parameter(0)
+  %p1 = f32[4,6] parameter(1)
+  %exp.2 = f32[4,6] exp(%p0)
+  %reduce.3 = f32[4] reduce(%exp.2), kind=sum, ndims=1
+  %broadcast.4 = f32[4,6] broadcast(%reduce.3), dims={0}
+  %divide.5 = f32[4,6] divide(%p0, %broadcast.4)
+  %reshape.6 = f32[6,4] reshape(%divide.5)
+  %dot.7 = f32[6,6] dot(%reshape.6, %p1), transpose_lhs=0, transpose_rhs=0
+  %slice.9 = f32[4,6] slice(%dot.7), starts={0,0}, limits={4,6}, strides={1,1}
+  %multiply.10 = f32[4,6] multiply(%exp.2, %slice.9)
+  ROOT (%multiply.10)
+}
+"""
+
+
+def test_no_extra_root_where_the_home_reads_the_other_reader_through_a_library_call():
+    """exp(x) is read by a softmax-like kernel that feeds a GEMM (through a reshape the
+    call reads in place) and by the GEMM's consumer: the consumer depends on the other
+    reader, so exp(x) may not be its root (a cycle; the walk must see the reshape)."""
+    o = pipeline.optimize(parse_module(THROUGH_IN_PLACE_RESHAPE), pipeline.Options(verify=True))
+    (last,) = [f for f in o.fusions if any(r.op is Op.MUL for r in f.roots)]
+    assert [r.op for r in last.roots] == [Op.MUL]

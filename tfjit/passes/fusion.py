@@ -245,7 +245,8 @@ class _Builder:
                     continue
                 if g in others:
                     return True
-                new = [x for x in g.instrs if x not in seen]
+                # o itself too: a reshape a library call reads in place is owned, not an instr
+                new = [x for x in (o, *g.instrs) if x not in seen]
                 seen.update(new)
                 stack.extend(new)
                 if len(seen) > limit:

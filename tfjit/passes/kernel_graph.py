@@ -8,6 +8,8 @@ depends on t" never goes below t's level (siblings sit at nearby levels).
 """
 from __future__ import annotations
 
+from tfjit.ir.module import IRError
+
 
 class KernelGraph:
     """The kernel graph (who reads whose roots) with a level per kernel, every kernel
@@ -23,6 +25,7 @@ class KernelGraph:
             for p in ps:
                 self.consumers[p].add(f)
         self.level: dict = {}
+        entered = set()              # kernels whose producers are on the stack above them
         for f in fusions:            # iterative: chains of thousands of kernels
             stack = [f]
             while stack:
@@ -32,6 +35,10 @@ class KernelGraph:
                     continue
                 todo = [p for p in self.producers[g] if p not in self.level]
                 if todo:
+                    if any(p in entered for p in todo):     # p waits below for g: a cycle
+                        raise IRError(f"internal error: kernel {g.name} and the kernels it reads "
+                                      "read each other's results (a cycle in fusion's kernels)")
+                    entered.add(g)
                     stack += todo
                     continue
                 self.level[g] = 1 + max((self.level[p] for p in self.producers[g]), default=0)
