@@ -339,3 +339,12 @@ def test_fused_batch_matmul_matches_the_ops_it_stands_for(fused, adj, rng):
     for op, arg in zip(fused, inputs[2:]):
         want = want * arg if op == "Mul" else want + arg
     assert_matches(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_unary_ops_composition_matches_the_ops_it_stands_for():
+    x = tf.constant(np.linspace(-4, 4, 37), tf.float32)
+    names = [b"Abs", b"Neg", b"Exp", b"Tanh", b"Relu6"]
+    got, = tfjit.function(_node_fn("_UnaryOpsComposition", [x],
+                                   {"T": tf.float32, "op_names": names}))(x)
+    want = tf.nn.relu6(tf.tanh(tf.exp(-tf.abs(x))))
+    assert_matches(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)

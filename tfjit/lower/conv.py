@@ -35,16 +35,12 @@ from tfjit.graph.graphdef import Node
 from tfjit.ir.module import Instr, IRError, Module
 from tfjit.ir.ops import Op
 from tfjit.lower.layout import TO_NCHW, TO_NHWC
-from tfjit.lower.registry import Unsupported, register
+from tfjit.lower.registry import Unsupported, register, text
 
 _DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
 
 
 # -- attributes -------------------------------------------------------------------------
-
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
 
 def _spatial(ctx, name: str, default=(1, 1, 1, 1)) -> tuple:
     """(rows, cols) of a 4-element NHWC attr (strides, dilations), checked."""
@@ -55,14 +51,14 @@ def _spatial(ctx, name: str, default=(1, 1, 1, 1)) -> tuple:
 
 
 def _check_format(ctx) -> None:
-    fmt = _text(ctx.attr("data_format", b"NHWC"))
+    fmt = text(ctx.attr("data_format", b"NHWC"))
     if fmt != "NHWC":
         raise Unsupported(f"{ctx.node.op} with data_format={fmt} (TF's CPU kernels take NHWC)")
 
 
 def padding(ctx, in_size: tuple, window: tuple, strides: tuple) -> tuple:
     """(top, bottom, left, right) for TF's padding attr: SAME, VALID or EXPLICIT."""
-    kind = _text(ctx.attr("padding"))
+    kind = text(ctx.attr("padding"))
     if kind == "VALID":
         return (0, 0, 0, 0)
     if kind == "SAME":
@@ -185,7 +181,7 @@ def _conv(ctx):
     if int(ctx.attr("groups", 1)) != 1:
         raise Unsupported(f"Conv with groups={ctx.attr('groups')}: grouped convolutions are "
                           "not compiled")
-    first = _text(ctx.attr("data_format", b"CHANNELS_LAST")) == "CHANNELS_FIRST"
+    first = text(ctx.attr("data_format", b"CHANNELS_LAST")) == "CHANNELS_FIRST"
     attrs = dict(ctx.node.attrs, data_format=b"NHWC")
     if first:
         for name in ("strides", "dilations"):

@@ -88,7 +88,7 @@ def _band(ctx: LowerCtx, version: int, at: int) -> tuple:
 def _align(ctx: LowerCtx, version: int) -> tuple:
     """(superdiagonals left-aligned, subdiagonals left-aligned); V1 and V2 pack left."""
     align = ctx.attr("align", b"LEFT_LEFT") if version == 3 else b"LEFT_LEFT"
-    align = align.decode() if isinstance(align, bytes) else str(align)
+    align = registry.text(align)
     if align not in _ALIGNS:
         raise Unsupported(f"align must be one of {', '.join(_ALIGNS)}, got {align}")
     sup, sub = align.split("_")

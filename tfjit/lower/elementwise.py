@@ -349,17 +349,3 @@ def _bias_add(ctx):
     if b.rank != 1 or x.shape[channel] != b.shape[0]:
         raise Unsupported(f"BiasAdd: bias {list(b.shape)} does not match dim {channel} of {list(x.shape)}")
     return m.elementwise(Op.ADD, x, m.broadcast(b, x.shape, (channel,)))
-
-
-@register("_UnaryOpsComposition", dtypes=FLOATS)
-def _unary_ops_composition(ctx):
-    """Grappler's fusion of a chain of unary ops (attr ``op_names``): each one
-    lowered by its own rule, in order, so the semantics are those ops' own."""
-    from tfjit.graph.graphdef import Node
-    from tfjit.lower.registry import lower_node
-    x = ctx.inputs[0]
-    for name in ctx.attr("op_names", ()):
-        op = name.decode() if isinstance(name, bytes) else str(name)
-        step = Node(f"{ctx.node.name}/{op}", op, [], [], {"T": ctx.node.attrs["T"]})
-        x, = lower_node(ctx.m, step, [x])
-    return x

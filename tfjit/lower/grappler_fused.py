@@ -21,6 +21,7 @@ _MklFusedBatchMatMulV2
 _FusedBatchNormEx   FusedBatchNormV3, plus the side input, then Identity or an activation.
 _MklSwish           x * sigmoid(x).
 _MklFusedMish       x * tanh(softplus(x)).
+_UnaryOpsComposition  its ``op_names`` in order.
 
 Auto-clustering counts each node as the ops it stands for (``tf_passes``), the size
 the graph had before the remapper, so a lone fused Mish is clustered as the same three
@@ -37,13 +38,14 @@ from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower import registry
 from tfjit.lower.batch_norm import BN_TYPES
-from tfjit.lower.registry import LowerCtx, Unsupported, lower_node, register
+from tfjit.lower.registry import FLOATS, LowerCtx, Unsupported, lower_node, register, text
 
-_DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
 _F32 = TFType(1, "float")     # DT_FLOAT: batch norm's statistics type
 # the attributes of the product each fused node's first step keeps
 _CONV_ATTRS = ("strides", "padding", "explicit_paddings", "data_format", "dilations")
 _ACTIVATIONS = ("Relu", "Relu6", "Elu", "Tanh", "Sigmoid")
+# fused ops that combine the value with one argument, and the op each one is
+_BINARY = {"BiasAdd": "BiasAdd", "Add": "AddV2", "AddV2": "AddV2", "Mul": "Mul"}
 
 
 def _step(ctx: LowerCtx, op: str, inputs: list, **attrs) -> list:
@@ -104,14 +106,9 @@ def _epilogue(ctx: LowerCtx, x: Instr, args: list) -> Instr:
         taken, args[:n] = args[:n], []
         return taken
 
-    for raw in ctx.attr("fused_ops", ()):
-        op = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if op == "BiasAdd":
-            x, = _step(ctx, "BiasAdd", [x, *take(op, 1)])
-        elif op in ("Add", "AddV2"):
-            x, = _step(ctx, "AddV2", [x, *take(op, 1)])
-        elif op == "Mul":
-            x, = _step(ctx, "Mul", [x, *take(op, 1)])
+    for op in map(text, ctx.attr("fused_ops", ())):
+        if op in _BINARY:
+            x, = _step(ctx, _BINARY[op], [x, *take(op, 1)])
         elif op == "FusedBatchNorm":
             if x.dtype not in BN_TYPES:
                 raise Unsupported(f"{ctx.node.op}: FusedBatchNorm of {x.dtype}")
@@ -126,7 +123,7 @@ def _epilogue(ctx: LowerCtx, x: Instr, args: list) -> Instr:
     return x
 
 
-@register("_FusedMatMul", dtypes=_DTYPES, half_in_f32=True, tf_passes=2)
+@register("_FusedMatMul", dtypes=FLOATS, half_in_f32=True, tf_passes=2)
 def _fused_matmul(ctx):
     a, b, *args = ctx.inputs
     if a.rank != 2 or b.rank != 2:
@@ -148,7 +145,7 @@ def _conv_attrs(ctx: LowerCtx) -> dict:
     return {k: ctx.node.attrs[k] for k in _CONV_ATTRS if k in ctx.node.attrs}
 
 
-@register("_FusedConv2D", dtypes=_DTYPES, half_in_f32=True, tf_passes=2)
+@register("_FusedConv2D", dtypes=FLOATS, half_in_f32=True, tf_passes=2)
 def _fused_conv2d(ctx):
     if int(ctx.attr("num_host_args", 0)):
         raise Unsupported("_FusedConv2D with host arguments (a quantized form)")
@@ -159,7 +156,7 @@ def _fused_conv2d(ctx):
     return _epilogue(ctx, y, args)
 
 
-@register("_FusedDepthwiseConv2dNative", dtypes=_DTYPES, half_in_f32=True, tf_passes=2)
+@register("_FusedDepthwiseConv2dNative", dtypes=FLOATS, half_in_f32=True, tf_passes=2)
 def _fused_depthwise(ctx):
     x, w, *args = ctx.inputs
     y, = _step(ctx, "DepthwiseConv2dNative", [x, w], **_conv_attrs(ctx))
@@ -179,8 +176,7 @@ def _fused_batch_norm_ex(ctx):
     y = outs[0]
     if sides:
         y, = _step(ctx, "AddV2", [y, rest[0]])
-    mode = ctx.attr("activation_mode", b"Identity")
-    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    mode = text(ctx.attr("activation_mode", b"Identity"))
     if mode != "Identity":
         y = _activation(ctx, y, mode)
     return [y, *outs[1:]]
@@ -197,3 +193,11 @@ def _mkl_mish(ctx):
     soft, = _step(ctx, "Softplus", [x])
     tanh, = _step(ctx, "Tanh", [soft])
     return ctx.m.elementwise(Op.MUL, x, tanh)
+
+
+@register("_UnaryOpsComposition", dtypes=FLOATS)
+def _unary_ops_composition(ctx):
+    x = ctx.inputs[0]
+    for op in map(text, ctx.attr("op_names", ())):
+        x, = _step(ctx, op, [x])
+    return x

@@ -89,7 +89,7 @@ def _as_batch(m: Module, x: Instr, batch: tuple, n: int) -> Instr:
 @register("Einsum", dtypes=_DTYPES, half_in_f32=True)
 def _einsum(ctx):
     equation = ctx.attr("equation")
-    equation = equation.decode() if isinstance(equation, bytes) else str(equation)
+    equation = registry.text(equation)
     inputs, out = _parse_equation(equation, [x.rank for x in ctx.inputs])
     if len(inputs) == 1:
         return _einsum_one(ctx.m, ctx.inputs[0], inputs[0], out)

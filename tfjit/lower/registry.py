@@ -333,5 +333,10 @@ def broadcast_all(m: Module, *xs: Instr) -> list:
     return [broadcast_to(m, x, shape) for x in xs]
 
 
+def text(value) -> str:
+    """A string attribute's value (bytes in a GraphDef's decoded attrs) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def scalar_like(m: Module, value, like: Instr) -> Instr:
     return broadcast_to(m, m.scalar(value, like.dtype), like.shape)

@@ -150,7 +150,7 @@ def _extract_image_patches(ctx: LowerCtx):
     m, x = ctx.m, ctx.inputs[0]
     ksize, strides, rates = (list(ctx.attr(a, ())) for a in ("ksizes", "strides", "rates"))
     padding = ctx.attr("padding", b"VALID")
-    padding = padding.decode() if isinstance(padding, bytes) else str(padding)
+    padding = registry.text(padding)
     if (x.rank != 4 or len(ksize) != 4 or len(strides) != 4 or len(rates) != 4
             or ksize[0] != 1 or ksize[3] != 1 or strides[0] != 1 or strides[3] != 1
             or rates[0] != 1 or rates[3] != 1 or padding not in ("SAME", "VALID")
@@ -172,7 +172,7 @@ def _extract_image_patches(ctx: LowerCtx):
 
 def _formats(ctx: LowerCtx) -> tuple:
     src, dst = (ctx.attr(k, b"NHWC") for k in ("src_format", "dst_format"))
-    src, dst = (v.decode() if isinstance(v, bytes) else str(v) for v in (src, dst))
+    src, dst = registry.text(src), registry.text(dst)
     if sorted(src) != sorted(dst) or len(set(src)) != len(src):
         raise Unsupported(f"{ctx.node.op}: {src} -> {dst} is not a permutation")
     return src, dst

@@ -54,7 +54,7 @@ import math
 from tfjit.ir.indexing import operand_index
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
-from tfjit.passes.kernel_graph import KernelGraph
+from tfjit.passes.kernel_graph import KernelGraph, reads_any
 from tfjit.passes.own_rows import COLUMN_BLOCK, own_kernel_rows, topk_merges
 
 SPLIT_MIN_ELEMENTS = 1 << 15    # reductions this large with few outputs split into chunks
@@ -230,28 +230,9 @@ class _Builder:
             if any(u.shape != i.shape or self.sym.get(u) != {identity}
                    or u.op.kind is not Kind.ELEMENTWISE for u in inside):
                 continue
-            if not self._depends_on_any(f, owners - {f}):
+            if not reads_any(f, owners - {f}, self.owner):    # only later instrs are owned yet
                 return f
         return None
-
-    def _depends_on_any(self, f: Fusion, others: set, limit: int = 4096) -> bool:
-        """Does f read, through other kernels, a root of one of ``others``?  (Only the
-        instructions after the one placed are owned.)  Past ``limit``: assumed so."""
-        stack, seen = list(f.instrs), set(f.instrs)
-        while stack:
-            for o in stack.pop().operands:
-                g = self.owner.get(o)
-                if g is None or o in seen:
-                    continue
-                if g in others:
-                    return True
-                # o itself too: a reshape a library call reads in place is owned, not an instr
-                new = [x for x in (o, *g.instrs) if x not in seen]
-                seen.update(new)
-                stack.extend(new)
-                if len(seen) > limit:
-                    return True
-        return False
 
     def add_root(self, i: Instr, f: Fusion, why: str) -> None:
         f.roots.append(i)

@@ -5,6 +5,8 @@ kernel depends on the other, and merges kernels as it goes.  A walk over all
 producers per question made that quadratic in the kernels; here every kernel has
 a level above the kernels it reads, kept so through merges, and a walk for "a
 depends on t" never goes below t's level (siblings sit at nearby levels).
+``reads_any`` answers the same question while fusion still builds its kernels
+(extra roots), from the instructions' owners.
 """
 from __future__ import annotations
 
@@ -77,3 +79,25 @@ class KernelGraph:
                 if self.level[c] <= self.level[f]:
                     self.level[c] = self.level[f] + 1
                     stack.append(c)
+
+
+def reads_any(f, others: set, owner: dict, limit: int = 4096) -> bool:
+    """Does kernel f read, through other kernels, a root of one of ``others``, by the
+    ``owner`` (instruction -> kernel) of a fusion still being built?  Past ``limit``
+    instructions: assumed so.  Fusion asks it before it makes a value an extra root
+    of f (which the others then read: a cycle if f reads them)."""
+    stack, seen = list(f.instrs), set(f.instrs)
+    while stack:
+        for o in stack.pop().operands:
+            g = owner.get(o)
+            if g is None or o in seen:
+                continue
+            if g in others:
+                return True
+            # o itself too: a reshape a library call reads in place is owned, not an instr
+            new = [x for x in (o, *g.instrs) if x not in seen]
+            seen.update(new)
+            stack.extend(new)
+            if len(seen) > limit:
+                return True
+    return False
