@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import os
+import threading
 import time
 
 from tfjit import settings
@@ -93,6 +95,38 @@ def profile() -> CompileProfile | None:
 def _mark(phase: str) -> None:
     if _profile is not None:
         _profile.mark(phase)
+
+
+_gc_lock = threading.Lock()
+_gc_holders = 0             # compiles running now (several threads may compile at once)
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_held():
+    """Python's cyclic garbage collector off while a compile runs, back on after.
+
+    A compile allocates tens of thousands of objects that live through it (IR,
+    fusions, llvmlite's module), and CPython starts a full collection when enough
+    survive: one that walks every object of the process, most of them TensorFlow's
+    from the tracing just before (~370k in a Keras step's first call), for 120-140
+    ms of a 0.5-2 s first call (measured with gc.callbacks).  Held off, that
+    collection runs at some later allocation instead: the work is moved out of the
+    first call, not removed.  Reference counting still frees everything acyclic
+    meanwhile.  A collector the user turned off stays off."""
+    global _gc_holders, _gc_was_enabled
+    with _gc_lock:
+        if _gc_holders == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_holders += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_holders -= 1
+            if _gc_holders == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 @dataclasses.dataclass
@@ -296,6 +330,7 @@ class Compiled:
         return len(self.fusions)
 
 
+@gc_held()
 def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=None,
                     constants: dict | None = None, max_kernels: int = 0) -> Compiled:
     """Compiles one cluster for one input signature [(DType, shape)] (the JIT).
@@ -315,6 +350,7 @@ def compile_cluster(cluster_def: bytes, signature: list, name: str, after_pass=N
     return compiled
 
 
+@gc_held()
 def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) -> Compiled:
     """The JIT for a lowered (or parsed) module: optimize, emit for this process's CPU,
     machine code, and the executable the launch op runs (TooLarge past ``max_kernels``)."""

@@ -229,7 +229,9 @@ class Function:
         if self.jit_compile is None:
             from tfjit.api.autocluster import AutoEntry
             return AutoEntry(cf)
-        return self._must_compile(cf)
+        from tfjit import pipeline
+        with pipeline.gc_held():        # marking and clustering are the compile's too
+            return self._must_compile(cf)
 
     def _refuse(self, error: tf.errors.InvalidArgumentError):
         """A must-compile error: raised, or for ``fall_back`` functions logged once."""
