@@ -109,7 +109,7 @@ def gc_held():
     A compile allocates tens of thousands of objects that live through it (IR,
     fusions, llvmlite's module), and CPython starts a full collection when enough
     survive: one that walks every object of the process, most of them TensorFlow's
-    from the tracing just before (~370k in a Keras step's first call), for 120-140
+    from the tracing just before (~370k in a Keras step's first call), for 130-142
     ms of a 0.5-2 s first call (measured with gc.callbacks).  Held off, that
     collection runs at some later allocation instead: the work is moved out of the
     first call, not removed.  Reference counting still frees everything acyclic
