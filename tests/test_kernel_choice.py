@@ -97,9 +97,10 @@ def test_onednn_cpu_times_small_calls_and_matches_tensorflow(fn, shapes, kernels
                            what=f"call {call}, output {k}")
 
 
-# Calls until a measured choice is made, at most: an untimed warm-up run of each
-# kernel, then three timed runs of each (kernel_choice.cc's kRounds).
-MEASURING_CALLS = 8
+# Calls until a measured choice is made, at most: an untimed warm-up run of each of
+# the three kernels (default, oneDNN, split), then three timed runs of each
+# (kernel_choice.cc's kRounds).
+MEASURING_CALLS = 12
 
 
 def _choice(rows: int):
@@ -122,7 +123,10 @@ def test_the_measuring_is_spread_over_the_first_calls(monkeypatch):
             assert _choice(rows) == [], (calls, _choice(rows))
         if _choice(rows):
             break
-    ((kernel, default_us, onednn_us),) = _choice(rows)
+    # 23 rows of 37 floats cannot be cut where both halves start 64-byte aligned, so
+    # running in parts is no candidate here
+    ((kernel, default_us, onednn_us, split_us),) = _choice(rows)
+    assert split_us is None
     assert calls >= 4 and default_us > 0 and onednn_us > 0, (calls, default_us, onednn_us)
     assert kernel == ("oneDNN" if onednn_us < default_us else "default")
     assert_matches(jit(x, w).numpy(), want, rtol=1e-5, atol=1e-5, what="after the choice")
@@ -141,3 +145,38 @@ def test_without_onednn_every_f32_call_is_measured_and_the_reason_says_why(monke
     fusions = tfjit.function(_conv(1, "SAME")).compiled(x[:1, :4], tf.ones([3, 3, 3, 5])).fusions
     (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]
     assert "filter reorder can cost more than the convolution" in note, note
+
+
+# Calls that divide into independent rows, and where their parts start (kernel_choice
+# runs a measured call's default kernel in parts side by side as a third candidate):
+# part boundaries must be 64-byte aligned in the first operand and the result.
+PARTS_CASES = [
+    # a 1x1 convolution divides into positions: 105 of 16 floats in, 24 out (rows of 96
+    # bytes: parts start at even positions)
+    ("1x1-positions", _conv(1, "VALID"), ((3, 5, 7, 16), (1, 1, 16, 24)), "Conv2D/"),
+    # any other convolution into its images: an odd batch gives unequal parts
+    ("3x3-odd-batch", _conv(1, "SAME"), ((3, 6, 6, 8), (3, 3, 8, 8)), "Conv2D/"),
+    ("3x3-stride-2-valid", _conv(2, "VALID"), ((4, 9, 9, 16), (3, 3, 16, 16)), "Conv2D/"),
+    # a matrix product into its rows: 45 rows, results of 20 floats (parts of 4k rows)
+    ("dot-rows", tf.matmul, ((45, 32), (32, 20)), "MatMul/"),
+]
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one thread: no parts")
+@pytest.mark.parametrize("fn,shapes,op", [c[1:] for c in PARTS_CASES], ids=[c[0] for c in PARTS_CASES])
+def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, op, monkeypatch):
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
+    rng = np.random.default_rng(sum(map(sum, shapes)) + 1)
+    xs = [tf.constant(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
+    jit = tfjit.function(fn, jit_compile=True)
+    want = fn(*xs).numpy()
+    scale = max(1.0, float(np.max(np.abs(want))))
+    for call in range(MEASURING_CALLS + 1):     # every kernel runs, split from the third
+        assert_matches(jit(*xs).numpy(), want, rtol=1e-4, atol=1e-5 * scale, what=f"call {call}")
+    shape = "[" + ",".join(map(str, shapes[0])) + "]"
+    (choice,) = [v for k, v in launch.kernel_choices().items()
+                 if k.startswith(op) and shape in k and k.endswith(" in parts")]
+    kernel, default_us, onednn_us, split_us = choice
+    assert split_us is not None and split_us > 0, choice      # it ran, and was timed
+    times = {"default": default_us, "oneDNN": onednn_us, "split": split_us}
+    assert kernel == min((t, k) for k, t in times.items() if t > 0)[1], choice

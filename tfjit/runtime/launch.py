@@ -545,10 +545,12 @@ KERNEL_LABEL = "tfjit_gpu"
 
 
 def kernel_choices() -> dict:
-    """{call: (kernel, default µs, oneDNN µs)} for every library call whose kernel was
-    measured over its first calls (kernel_choice.cc's MeasuredFamily): ``call`` is TF's op,
-    dtype, attributes and input shapes; ``kernel`` is "default" or "oneDNN" (oneDNN µs
-    is -1 when oneDNN refused the call)."""
+    """{call: (kernel, default µs, oneDNN µs, split µs)} for every library call whose
+    kernel was measured over its first calls (kernel_choice.cc's MeasuredFamily): ``call``
+    is TF's op, dtype, attributes and input shapes; ``kernel`` is "default", "oneDNN" or
+    "split" (the default kernel in parts side by side, one thread each); a time is -1
+    where that kernel refused the call, None where it was not a candidate (split: a call
+    that does not divide, or no second thread)."""
     if _library is None:
         return {}
     size = _library.c.tfjit_rt_kernel_choices(None, 0)
@@ -556,8 +558,8 @@ def kernel_choices() -> dict:
     _library.c.tfjit_rt_kernel_choices(buffer, size + 1)
     out = {}
     for line in buffer.value.decode().splitlines():
-        key, kernel, default, onednn = line.split("\t")
-        out[key] = (kernel, float(default), float(onednn))
+        key, kernel, *micros = line.split("\t")
+        out[key] = (kernel, *(None if t == "-" else float(t) for t in micros))
     return out
 
 

@@ -49,6 +49,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -67,6 +68,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/version.h"
+#include "tensorflow/core/util/work_sharder.h"
 
 namespace tensorflow {
 namespace tfjit {
@@ -244,19 +246,107 @@ absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tenso
   return absl::OkStatus();
 }
 
+// The rows where `parts` may divide: every part must start 64-byte aligned in both
+// inputs[0] and the output (TF's kernels CHECK that a Tensor's data is aligned), so a
+// part is a multiple of `grain` rows. 0 when the call has fewer than two such units.
+int64_t PartGrain(const RowParts& parts, const Tensor& in, const Tensor& out) {
+  const int64_t in_row = in.TotalBytes() / parts.rows, out_row = out.TotalBytes() / parts.rows;
+  auto grain_of = [](int64_t row_bytes) { return 64 / std::gcd<int64_t>(64, row_bytes); };
+  const int64_t grain = std::lcm(grain_of(in_row), grain_of(out_row));
+  return parts.rows / grain >= 2 ? grain : 0;
+}
+
+// The intra-op pool a call in `parts` would run on, or null where it cannot be split:
+// no parts, fewer than two aligned units, no pool of two threads, or a thread that
+// must run its kernels alone (a task of a concurrent group, parallel.cc RunGroup).
+const DeviceBase::CpuWorkerThreads* SplitWorkers(const RuntimeContext* runtime,
+                                                 const RowParts* parts,
+                                                 absl::Span<Tensor> inputs, const Tensor& out) {
+  if (parts == nullptr || parts->rows < 2 || runtime->ctx == nullptr) return nullptr;
+  const DeviceBase::CpuWorkerThreads* workers =
+      runtime->ctx->device()->tensorflow_cpu_worker_threads();
+  if (workers == nullptr || workers->num_threads < 2 || GetPerThreadMaxParallelism() < 2 ||
+      PartGrain(*parts, inputs[0], out) == 0) {
+    return nullptr;
+  }
+  return workers;
+}
+
+// One call divided into parts, each run by one thread (RunSplit's blocks).
+struct PartsJob {
+  OpKernelContext* ctx;
+  OpKernel* kernel;
+  absl::Span<Tensor> inputs;
+  const Tensor* out;
+  const RowParts* parts;
+  int64_t grain, count;
+  std::vector<absl::Status> status;
+};
+
+// Runs parts [begin, end) of the PartsJob at `bufs` (RunSplit's kernel signature):
+// TF's kernel on its rows of inputs[0] and the output, the other inputs whole, with
+// TF's library code (Eigen's device, Shard) on this thread alone.
+void RunParts(void** bufs, int64_t begin, int64_t end) {
+  auto* job = reinterpret_cast<PartsJob*>(bufs);
+  ScopedPerThreadMaxParallelism one_thread(1);
+  const int64_t units = job->parts->rows / job->grain;
+  const Tensor& in = job->inputs[0];
+  const int64_t in_row = in.TotalBytes() / job->parts->rows;
+  const int64_t out_row = job->out->TotalBytes() / job->parts->rows;
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t first = job->grain * (units * p / job->count);
+    const int64_t last = p + 1 == job->count ? job->parts->rows
+                                             : job->grain * (units * (p + 1) / job->count);
+    absl::InlinedVector<Tensor, 3> inputs(job->inputs.begin(), job->inputs.end());
+    inputs[0] = Borrow(in.dtype(), job->parts->shape(last - first, false),
+                       in.tensor_data().data() + first * in_row);
+    const Tensor out = Borrow(job->out->dtype(), job->parts->shape(last - first, true),
+                              job->out->tensor_data().data() + first * out_row);
+    job->status[p] = Compute(job->ctx, job->kernel, absl::MakeSpan(inputs), {out});
+  }
+}
+
+// Runs `kernel` in parts side by side on the calling thread and `workers`' pool: as
+// many parts as the pool has threads (RunSplit's caller and helpers), at most one per
+// aligned unit of rows; the first failing part's status.
+absl::Status ComputeInParts(OpKernelContext* ctx, OpKernel* kernel, absl::Span<Tensor> inputs,
+                            const Tensor& out, const RowParts& parts,
+                            const DeviceBase::CpuWorkerThreads* workers) {
+  const int64_t grain = PartGrain(parts, inputs[0], out);
+  const int64_t count = std::min<int64_t>(parts.rows / grain, workers->num_threads);
+  PartsJob job{ctx, kernel, inputs, &out, &parts, grain, count,
+               std::vector<absl::Status>(count)};
+  // A cost that makes RunSplit split rather than run inline, one part per block.
+  constexpr int64_t kPartCost = int64_t{1} << 40;
+  RunSplit(workers, RunParts, reinterpret_cast<void**>(&job), count, kPartCost);
+  for (const absl::Status& status : job.status) TF_RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
 // Runs the kernel of `family` for `spec`; returns 0, or 1 with the status in
 // runtime->error. A oneDNN kernel that fails (oneDNN refuses some paddings the
-// default kernels take) is retried with the default one. A kMeasured call runs the
-// family MeasuredFamily hands out and reports how that run went.
+// default kernels take), or a split run that fails, is retried with the default one.
+// A kMeasured call runs the family MeasuredFamily hands out and reports how that run
+// went; `parts`, where given, says how the call divides for kSplit.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
-            absl::Span<Tensor> inputs, const Tensor& out) {
+            absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr) {
+  const DeviceBase::CpuWorkerThreads* workers = SplitWorkers(runtime, parts, inputs, out);
   Measurement measurement;
   const bool measured = family == kMeasured;
-  if (measured) family = MeasuredFamily(spec, inputs, &measurement);
+  if (measured) family = MeasuredFamily(spec, inputs, workers != nullptr, &measurement);
+  if (family == kSplit && workers == nullptr) {   // chosen where it could split; not here
+    family = kDefault;
+    measurement.key.clear();
+  }
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<OpKernel*> kernel = CachedKernel(runtime->ctx, family, spec);
+  absl::StatusOr<OpKernel*> kernel =
+      CachedKernel(runtime->ctx, family == kSplit ? kDefault : family, spec);
   absl::Status status = kernel.status();
-  if (kernel.ok()) status = Compute(runtime->ctx, *kernel, inputs, {out});
+  if (kernel.ok()) {
+    status = family == kSplit
+                 ? ComputeInParts(runtime->ctx, *kernel, inputs, out, *parts, workers)
+                 : Compute(runtime->ctx, *kernel, inputs, {out});
+  }
   if (measured && !measurement.key.empty()) {
     const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
     RecordMeasurement(measurement, family, status.ok(), took.count());
@@ -369,7 +459,10 @@ int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T),
   };
   const KernelSpec spec{batched ? "BatchMatMulV2" : "MatMul", dtype, 2,
                         absl::StrCat(transpose_lhs, transpose_rhs), attrs};
-  return Run(rt, family, spec, inputs, Borrow(dtype, out_shape, out));
+  // A matrix product's rows are independent where lhs is stored m x k.
+  auto part_shape = [&](int64_t r, bool of_output) { return TensorShape({r, of_output ? n : k}); };
+  const RowParts rows{batched || transpose_lhs ? 0 : m, part_shape};
+  return Run(rt, family, spec, inputs, Borrow(dtype, out_shape, out), &rows);
 }
 
 template <typename T>
@@ -390,7 +483,18 @@ int32_t Conv2D(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T),
       Borrow(dtype, TensorShape({batch, in_rows, in_cols, in_depth}), input),
       Borrow(dtype, TensorShape({filter_rows, filter_cols, in_depth, out_depth}), filter)};
   const Tensor result = Borrow(dtype, TensorShape({batch, out_rows, out_cols, out_depth}), out);
-  return Run(rt, family, spec, inputs, result);
+  // Parts: a 1x1 convolution of stride 1 without padding is a product of its positions
+  // ([1, 1, positions, depth] parts: TF's kernel takes its matrix-product path for
+  // them too); any other divides into its images.
+  const bool pointwise = filter_rows == 1 && filter_cols == 1 && row_stride == 1 &&
+                         col_stride == 1 && std::strcmp(attrs.padding, "VALID") == 0;
+  auto part_shape = [&](int64_t r, bool of_output) {
+    if (pointwise) return TensorShape({1, 1, r, of_output ? out_depth : in_depth});
+    return of_output ? TensorShape({r, out_rows, out_cols, out_depth})
+                     : TensorShape({r, in_rows, in_cols, in_depth});
+  };
+  const RowParts parts{pointwise ? batch * in_rows * in_cols : batch, part_shape};
+  return Run(rt, family, spec, inputs, result, &parts);
 }
 
 // The four gradients: `op` takes (input_sizes, filter, grad) when `of_input`, else

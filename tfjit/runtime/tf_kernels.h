@@ -45,7 +45,22 @@ int32_t RunDefault(void* runtime, const KernelSpec& spec, absl::Span<Tensor> inp
 enum Family : int32_t {
   kDefault = 0,   // the op's default kernel: what TF graph mode runs with oneDNN off
   kOneDnn = 1,    // its oneDNN kernel (TF_ENABLE_ONEDNN_OPTS=1 rewrites to it), f32 only
-  kMeasured = 2,  // whichever of the two ran faster on this call's shapes (kernel_choice.cc)
+  kMeasured = 2,  // whichever ran fastest on this call's shapes (kernel_choice.cc)
+  // Never a call's argument, only a measured choice: the default kernel run in parts
+  // side by side, one thread each (tf_kernels.cc ComputeInParts), for calls that
+  // divide into independent rows (RowParts).
+  kSplit = 3,
+};
+// The families a measured call chooses among, indexed by Family (kMeasured's slot
+// stays unused).
+constexpr int kFamilies = 4;
+
+// A call whose first input and output divide into independent rows: a convolution's
+// images, a 1x1 convolution's positions, a matrix product's rows. `rows` of them;
+// `shape(r, of_output)` is the shape of a part of r rows of inputs[0] (of the output).
+struct RowParts {
+  int64_t rows;
+  absl::FunctionRef<TensorShape(int64_t rows, bool of_output)> shape;
 };
 
 // A kMeasured call's part in measuring its kernels (kernel_choice.cc).
@@ -55,9 +70,11 @@ struct Measurement {
 };
 
 // The family a kMeasured call runs (kernel_choice.cc): while its op, attributes and
-// shapes are being measured, one of the two in turn, with `*m` saying how to report
-// the run to RecordMeasurement; the faster one after.
-int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, Measurement* m);
+// shapes are being measured, each candidate in turn (default and oneDNN, and kSplit
+// where `can_split`), with `*m` saying how to report the run to RecordMeasurement;
+// the fastest one after.
+int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, bool can_split,
+                       Measurement* m);
 
 // Reports a run of `family` that MeasuredFamily handed out: whether it succeeded and
 // how long it took.
