@@ -149,33 +149,44 @@ def test_without_onednn_every_f32_call_is_measured_and_the_reason_says_why(monke
 
 # Calls that divide into independent rows, and where their parts start (kernel_choice
 # runs a measured call's default kernel in parts side by side as a third candidate):
-# part boundaries must be 64-byte aligned in the first operand and the result.
+# part boundaries must be 64-byte aligned in the divided operand and the result.
+# (id, function, operand shapes, the measured call's key starts with, and contains)
 PARTS_CASES = [
     # a 1x1 convolution divides into positions: 105 of 16 floats in, 24 out (rows of 96
     # bytes: parts start at even positions)
-    ("1x1-positions", _conv(1, "VALID"), ((3, 5, 7, 16), (1, 1, 16, 24)), "Conv2D/"),
+    ("1x1-positions", _conv(1, "VALID"), ((3, 5, 7, 16), (1, 1, 16, 24)), "Conv2D/", "[3,5,7,16]"),
     # any other convolution into its images: an odd batch gives unequal parts
-    ("3x3-odd-batch", _conv(1, "SAME"), ((3, 6, 6, 8), (3, 3, 8, 8)), "Conv2D/"),
-    ("3x3-stride-2-valid", _conv(2, "VALID"), ((4, 9, 9, 16), (3, 3, 16, 16)), "Conv2D/"),
+    ("3x3-odd-batch", _conv(1, "SAME"), ((3, 6, 6, 8), (3, 3, 8, 8)), "Conv2D/", "[3,6,6,8]"),
+    ("3x3-stride-2-valid", _conv(2, "VALID"), ((4, 9, 9, 16), (3, 3, 16, 16)), "Conv2D/",
+     "[4,9,9,16]"),
     # a matrix product into its rows: 45 rows, results of 20 floats (parts of 4k rows)
-    ("dot-rows", tf.matmul, ((45, 32), (32, 20)), "MatMul/"),
+    ("dot-rows", tf.matmul, ((45, 32), (32, 20)), "MatMul/", "[45,32]"),
+    # the gradient of a convolution's input, through the gradient operand, with the
+    # input_sizes operand of each part its own
+    ("grad-input-images", _conv_grads(2, "SAME"), ((3, 7, 7, 16), (3, 3, 16, 16)),
+     "Conv2DBackpropInput/", "sizes3,7,7,16"),
+    ("grad-input-1x1-positions", _conv_grads(1, "VALID"), ((2, 5, 3, 16), (1, 1, 16, 32)),
+     "Conv2DBackpropInput/", "sizes2,5,3,16"),
 ]
 
 
 @pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one thread: no parts")
-@pytest.mark.parametrize("fn,shapes,op", [c[1:] for c in PARTS_CASES], ids=[c[0] for c in PARTS_CASES])
-def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, op, monkeypatch):
+@pytest.mark.parametrize("fn,shapes,op,fragment", [c[1:] for c in PARTS_CASES],
+                         ids=[c[0] for c in PARTS_CASES])
+def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, op, fragment,
+                                                                   monkeypatch):
     monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
     rng = np.random.default_rng(sum(map(sum, shapes)) + 1)
     xs = [tf.constant(rng.standard_normal(s, dtype=np.float32)) for s in shapes]
     jit = tfjit.function(fn, jit_compile=True)
-    want = fn(*xs).numpy()
-    scale = max(1.0, float(np.max(np.abs(want))))
+    want = [w.numpy() for w in tf.nest.flatten(tf.function(fn)(*xs))]
     for call in range(MEASURING_CALLS + 1):     # every kernel runs, split from the third
-        assert_matches(jit(*xs).numpy(), want, rtol=1e-4, atol=1e-5 * scale, what=f"call {call}")
-    shape = "[" + ",".join(map(str, shapes[0])) + "]"
+        for k, (g, w) in enumerate(zip(tf.nest.flatten(jit(*xs)), want)):
+            scale = max(1.0, float(np.max(np.abs(w))))     # sums of many products
+            assert_matches(g.numpy(), w, rtol=1e-4, atol=1e-5 * scale,
+                           what=f"call {call}, output {k}")
     (choice,) = [v for k, v in launch.kernel_choices().items()
-                 if k.startswith(op) and shape in k and k.endswith(" in parts")]
+                 if k.startswith(op) and fragment in k and k.endswith(" in parts")]
     kernel, default_us, onednn_us, split_us = choice
     assert split_us is not None and split_us > 0, choice      # it ran, and was timed
     times = {"default": default_us, "oneDNN": onednn_us, "split": split_us}

@@ -49,7 +49,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <numeric>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -68,7 +67,6 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/public/version.h"
-#include "tensorflow/core/util/work_sharder.h"
 
 namespace tensorflow {
 namespace tfjit {
@@ -206,8 +204,8 @@ absl::StatusOr<OpKernel*> CachedKernel(OpKernelContext* ctx, int32_t family,
   return slot.get();
 }
 
-// Runs `kernel` on `inputs` (held here too, so no kernel may forward one as its
-// output) with tfjit's `outs` as its outputs, under the launch's context.
+}  // namespace
+
 absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tensor> inputs,
                      absl::Span<const Tensor> outs) {
   absl::InlinedVector<TensorValue, 4> values;
@@ -246,82 +244,7 @@ absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tenso
   return absl::OkStatus();
 }
 
-// The rows where `parts` may divide: every part must start 64-byte aligned in both
-// inputs[0] and the output (TF's kernels CHECK that a Tensor's data is aligned), so a
-// part is a multiple of `grain` rows. 0 when the call has fewer than two such units.
-int64_t PartGrain(const RowParts& parts, const Tensor& in, const Tensor& out) {
-  const int64_t in_row = in.TotalBytes() / parts.rows, out_row = out.TotalBytes() / parts.rows;
-  auto grain_of = [](int64_t row_bytes) { return 64 / std::gcd<int64_t>(64, row_bytes); };
-  const int64_t grain = std::lcm(grain_of(in_row), grain_of(out_row));
-  return parts.rows / grain >= 2 ? grain : 0;
-}
-
-// The intra-op pool a call in `parts` would run on, or null where it cannot be split:
-// no parts, fewer than two aligned units, no pool of two threads, or a thread that
-// must run its kernels alone (a task of a concurrent group, parallel.cc RunGroup).
-const DeviceBase::CpuWorkerThreads* SplitWorkers(const RuntimeContext* runtime,
-                                                 const RowParts* parts,
-                                                 absl::Span<Tensor> inputs, const Tensor& out) {
-  if (parts == nullptr || parts->rows < 2 || runtime->ctx == nullptr) return nullptr;
-  const DeviceBase::CpuWorkerThreads* workers =
-      runtime->ctx->device()->tensorflow_cpu_worker_threads();
-  if (workers == nullptr || workers->num_threads < 2 || GetPerThreadMaxParallelism() < 2 ||
-      PartGrain(*parts, inputs[0], out) == 0) {
-    return nullptr;
-  }
-  return workers;
-}
-
-// One call divided into parts, each run by one thread (RunSplit's blocks).
-struct PartsJob {
-  OpKernelContext* ctx;
-  OpKernel* kernel;
-  absl::Span<Tensor> inputs;
-  const Tensor* out;
-  const RowParts* parts;
-  int64_t grain, count;
-  std::vector<absl::Status> status;
-};
-
-// Runs parts [begin, end) of the PartsJob at `bufs` (RunSplit's kernel signature):
-// TF's kernel on its rows of inputs[0] and the output, the other inputs whole, with
-// TF's library code (Eigen's device, Shard) on this thread alone.
-void RunParts(void** bufs, int64_t begin, int64_t end) {
-  auto* job = reinterpret_cast<PartsJob*>(bufs);
-  ScopedPerThreadMaxParallelism one_thread(1);
-  const int64_t units = job->parts->rows / job->grain;
-  const Tensor& in = job->inputs[0];
-  const int64_t in_row = in.TotalBytes() / job->parts->rows;
-  const int64_t out_row = job->out->TotalBytes() / job->parts->rows;
-  for (int64_t p = begin; p < end; ++p) {
-    const int64_t first = job->grain * (units * p / job->count);
-    const int64_t last = p + 1 == job->count ? job->parts->rows
-                                             : job->grain * (units * (p + 1) / job->count);
-    absl::InlinedVector<Tensor, 3> inputs(job->inputs.begin(), job->inputs.end());
-    inputs[0] = Borrow(in.dtype(), job->parts->shape(last - first, false),
-                       in.tensor_data().data() + first * in_row);
-    const Tensor out = Borrow(job->out->dtype(), job->parts->shape(last - first, true),
-                              job->out->tensor_data().data() + first * out_row);
-    job->status[p] = Compute(job->ctx, job->kernel, absl::MakeSpan(inputs), {out});
-  }
-}
-
-// Runs `kernel` in parts side by side on the calling thread and `workers`' pool: as
-// many parts as the pool has threads (RunSplit's caller and helpers), at most one per
-// aligned unit of rows; the first failing part's status.
-absl::Status ComputeInParts(OpKernelContext* ctx, OpKernel* kernel, absl::Span<Tensor> inputs,
-                            const Tensor& out, const RowParts& parts,
-                            const DeviceBase::CpuWorkerThreads* workers) {
-  const int64_t grain = PartGrain(parts, inputs[0], out);
-  const int64_t count = std::min<int64_t>(parts.rows / grain, workers->num_threads);
-  PartsJob job{ctx, kernel, inputs, &out, &parts, grain, count,
-               std::vector<absl::Status>(count)};
-  // A cost that makes RunSplit split rather than run inline, one part per block.
-  constexpr int64_t kPartCost = int64_t{1} << 40;
-  RunSplit(workers, RunParts, reinterpret_cast<void**>(&job), count, kPartCost);
-  for (const absl::Status& status : job.status) TF_RETURN_IF_ERROR(status);
-  return absl::OkStatus();
-}
+namespace {
 
 // Runs the kernel of `family` for `spec`; returns 0, or 1 with the status in
 // runtime->error. A oneDNN kernel that fails (oneDNN refuses some paddings the
@@ -526,7 +449,20 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
                                : Sizes(filter_rows, filter_cols, in_depth, filter_depth),
                       g};
   const Tensor result = Borrow(dtype, of_input ? x_shape : w_shape, out);
-  return Run(rt, family, spec, inputs, result);
+  // The gradient of the input divides as the forward convolution does (by positions
+  // where it is 1x1 and unpadded, else by images), through the gradient operand.
+  const bool pointwise = of_input && !depthwise && filter_rows == 1 && filter_cols == 1 &&
+                         row_stride == 1 && col_stride == 1 &&
+                         std::strcmp(attrs.padding, "VALID") == 0;
+  auto part_shape = [&](int64_t r, bool of_output) {
+    const int64_t depth = of_output ? in_depth : out_depth;
+    return pointwise ? TensorShape({1, 1, r, depth})
+           : of_output ? TensorShape({r, in_rows, in_cols, in_depth})
+                       : TensorShape({r, out_rows, out_cols, out_depth});
+  };
+  const RowParts parts{!of_input ? 0 : pointwise ? batch * in_rows * in_cols : batch, part_shape,
+                       /*divided=*/2, /*sizes=*/0};
+  return Run(rt, family, spec, inputs, result, &parts);
 }
 
 // TF's Qr kernel on x [batch, m, n]: its two outputs are tfjit's packed buffer's

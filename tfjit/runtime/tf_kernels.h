@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "linalg.h"
+#include "runtime.h"
 #include "tensorflow/core/framework/node_def.pb.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -55,13 +56,37 @@ enum Family : int32_t {
 // stays unused).
 constexpr int kFamilies = 4;
 
-// A call whose first input and output divide into independent rows: a convolution's
-// images, a 1x1 convolution's positions, a matrix product's rows. `rows` of them;
-// `shape(r, of_output)` is the shape of a part of r rows of inputs[0] (of the output).
+// A call whose result divides into independent rows, each computed from the same rows
+// of one input (`divided`) and the other inputs whole: a convolution's images, a 1x1
+// convolution's positions, a matrix product's rows. `rows` of them; `shape(r,
+// of_output)` is the shape of a part of r rows of that input (of the result); `sizes`,
+// when not -1, is an input that states the result's shape (a gradient's input_sizes).
 struct RowParts {
   int64_t rows;
   absl::FunctionRef<TensorShape(int64_t rows, bool of_output)> shape;
+  int divided = 0;
+  int sizes = -1;
 };
+
+// Runs `kernel` on `inputs` (held here too, so no kernel may forward one as its
+// output) with tfjit's `outs` as its outputs, under the launch's context `launch`.
+absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tensor> inputs,
+                     absl::Span<const Tensor> outs);
+
+// The intra-op pool a call of `parts` (null: none) would run its parts on, or null
+// where it runs whole: fewer than two parts that start 64-byte aligned in the divided
+// input and `out`, no pool of two threads, or a thread that must run its kernels alone
+// (a task of a concurrent group, parallel.cc RunGroup). kernel_parts.cc.
+const DeviceBase::CpuWorkerThreads* SplitWorkers(const RuntimeContext* runtime,
+                                                 const RowParts* parts,
+                                                 absl::Span<Tensor> inputs, const Tensor& out);
+
+// Runs `kernel` in parts side by side on the calling thread and `workers`' pool (what
+// SplitWorkers gave): as many parts as the pool has threads, at most one per aligned
+// unit of rows; returns the first failing part's status. kernel_parts.cc.
+absl::Status ComputeInParts(OpKernelContext* ctx, OpKernel* kernel, absl::Span<Tensor> inputs,
+                            const Tensor& out, const RowParts& parts,
+                            const DeviceBase::CpuWorkerThreads* workers);
 
 // A kMeasured call's part in measuring its kernels (kernel_choice.cc).
 struct Measurement {
