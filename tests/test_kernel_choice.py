@@ -139,8 +139,9 @@ def test_without_onednn_every_f32_call_is_measured_and_the_reason_says_why(monke
     x = tf.ones([2, 64, 66, 3])
     fusions = tfjit.function(_conv(1, "SAME")).compiled(x, tf.ones([3, 3, 3, 5])).fusions
     (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]
-    assert note == ("runs TF's measured Conv2D kernel: the faster of TF's default and oneDNN "
-                    "kernels, timed over its first calls")
+    assert note == ("runs TF's measured Conv2D kernel: the fastest of TF's default and oneDNN "
+                    "kernels and the default one run in parts side by side (where the call "
+                    "divides), timed over its first calls")
     monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
     fusions = tfjit.function(_conv(1, "SAME")).compiled(x[:1, :4], tf.ones([3, 3, 3, 5])).fusions
     (note,) = [f.notes[-1] for f in fusions if f.kind == "library"]
@@ -191,3 +192,30 @@ def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, o
     assert split_us is not None and split_us > 0, choice      # it ran, and was timed
     times = {"default": default_us, "oneDNN": onednn_us, "split": split_us}
     assert kernel == min((t, k) for k, t in times.items() if t > 0)[1], choice
+
+
+@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one thread: no groups")
+def test_calls_in_a_concurrent_group_run_whole_and_are_chosen_apart(rng, monkeypatch):
+    """A task of a concurrent group runs on one thread (parallel.cc RunGroup): its calls
+    never run in parts, and their choice is kept apart from the same call's outside a
+    group (which may run in parts)."""
+    from test_concurrent_groups import grouped_steps, inception_block
+    monkeypatch.setattr(settings, "onednn_enabled", lambda: True)
+    c = 40                                   # channel counts no other test uses
+    shapes = [(1, 1, c, 24), (1, 1, c, 40), (3, 3, 40, 56), (1, 1, c, 40), (3, 3, 40, 56),
+              (3, 3, 56, 56), (1, 1, c, 24)]
+    filters = [tf.constant(rng.standard_normal(s).astype(np.float32) * 0.1) for s in shapes]
+    x = tf.constant(rng.standard_normal((4, 11, 11, c)).astype(np.float32))
+    f = lambda v: inception_block(v, filters)
+    g = tfjit.function(f, jit_compile=True)
+    assert grouped_steps(g.compiled(x)), "no concurrent group: the test checks nothing"
+    want = tf.function(f)(x)
+    for call in range(MEASURING_CALLS + 1):
+        assert_matches(g(x), want, rtol=1e-4, atol=1e-5, what=f"call {call}")
+    # the branches' 3x3 convolutions run inside the group's tasks (the 1x1 ones that
+    # read x may be merged into one convolution ahead of the group)
+    grouped = {k: v for k, v in launch.kernel_choices().items()
+               if k.startswith("Conv2D/") and ("[3,3,40,56]" in k or "[3,3,56,56]" in k)}
+    assert grouped, launch.kernel_choices()
+    for key, (kernel, *_, split_us) in grouped.items():
+        assert not key.endswith(" in parts") and split_us is None and kernel != "split", key

@@ -187,7 +187,9 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     (batch x output rows x columns; rows for a dot): with few positions the reorder
     dominates.  So a call that either kernel can run is timed where it runs, over its
     first calls (runtime/kernel_choice.cc: MeasuredFamily; ``launch.kernel_choices()``
-    lists the outcomes),
+    lists the outcomes), together with the default kernel run in parts side by side,
+    one thread each, where the call divides into independent rows (kernel_parts.cc: TF's
+    default kernel left the second core idle on a ResNet's convolutions at batch 4),
     except where TF itself runs oneDNN's kernels (it turns them on for such CPUs) and
     the call has at least ONEDNN_SURE_POSITIONS output positions: there oneDNN's won
     every call measured (InceptionV3's from 8100 positions up, the Keras CNN's,
@@ -204,10 +206,14 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
         return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), and the "
                         f"call has >= {ONEDNN_SURE_POSITIONS} output positions")
     if onednn:
-        return MEASURED, (f"the faster of TF's default and oneDNN kernels, timed over its "
-                          f"first calls: under {ONEDNN_SURE_POSITIONS} output positions oneDNN's "
+        return MEASURED, (f"{_MEASURED}: under {ONEDNN_SURE_POSITIONS} output positions oneDNN's "
                           "per-call filter reorder can cost more than the convolution")
-    return MEASURED, "the faster of TF's default and oneDNN kernels, timed over its first calls"
+    return MEASURED, _MEASURED
+
+
+# What a measured call runs (runtime/kernel_choice.cc, kernel_parts.cc).
+_MEASURED = ("the fastest of TF's default and oneDNN kernels and the default one run in parts "
+             "side by side (where the call divides), timed over its first calls")
 
 
 def output_positions(i) -> int:

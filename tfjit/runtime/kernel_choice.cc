@@ -35,15 +35,16 @@ constexpr double kNotMeasured = -2;
 constexpr int32_t kCandidates[] = {kDefault, kOneDnn, kSplit};
 
 // A choice still being measured: which families compete (kSplit only for calls that
-// can run in parts), each one's runs so far (its
-// first, which pays for oneDNN's primitive creation and cold caches, is not timed),
-// best time, and whether it is out (refused the call, or clearly slower than another).
+// can run in parts), each one's runs so far (its first, which pays for oneDNN's
+// primitive creation and cold caches, is not timed), best time, and whether it is out
+// (refused the call, or clearly slower than another).
 struct Trial {
   bool candidate[kFamilies] = {true, true, false, false};
   int runs[kFamilies] = {0, 0, 0, 0};
   double micros[kFamilies] = {kNever, kNever, kNever, kNever};
   bool out[kFamilies] = {false, false, false, false};
 };
+
 absl::Mutex choices_mu(absl::kConstInit);
 absl::flat_hash_map<std::string, Choice>& Choices() {
   static auto* choices = new absl::flat_hash_map<std::string, Choice>;
@@ -111,10 +112,9 @@ void Choose(const std::string& key, Choice choice) {
 // measuring is spread over the calls of an (op, attributes, shapes): each call runs
 // one kernel, taking default, oneDNN and (where the call divides into parts) split
 // in turn, the first run of each untimed, until each has `kRounds` timed runs or
-// all but one are out early; later calls look the choice up. Split is a candidate
-// because TF's default kernel does not always use a second core: on 2 cores the 1x1
-// convolutions of a ResNet at batch 4 ([144, 1024] x [1024, 256]) took as long on
-// two threads as on one, and two halves side by side on one thread each did not. Every call thus runs its op once, as an unmeasured one does: measuring
+// all but one are out early; later calls look the choice up. (Split is a candidate
+// because TF's default kernel does not always use a second core: kernel_parts.cc.)
+// Every call thus runs its op once, as an unmeasured one does: measuring
 // both kernels inside the first call made an MLP train step's first run ~12 steps
 // long (up to 8 runs of each dot), most of its first call. The price is that the
 // first few calls of a shape may run the slower kernel, and their results may differ
@@ -182,8 +182,8 @@ const char* FamilyName(int32_t family) {
 }  // namespace
 
 // The measured choices so far, one per line: "key\tfamily\tdefault µs\toneDNN µs\tsplit
-// µs" (-1: that family refused the call; "-": it was not a candidate). Writes at most `size` bytes (NUL-terminated) and
-// returns the length the whole text needs.
+// µs" (-1: that family refused the call; "-": it was not a candidate). Writes at most
+// `size` bytes (NUL-terminated) and returns the length the whole text needs.
 TFJIT_EXPORT int64_t tfjit_rt_kernel_choices(char* buffer, int64_t size) {
   using tensorflow::tfjit::Choices;
   std::string text;
