@@ -257,7 +257,9 @@ int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
   Measurement measurement;
   const bool measured = family == kMeasured;
   if (measured) family = MeasuredFamily(spec, inputs, workers != nullptr, &measurement);
-  if (family == kSplit && workers == nullptr) {   // chosen where it could split; not here
+  // A choice of kSplit is made only under a key of calls that can split (kernel_choice.cc);
+  // should one ever reach a call that cannot, it runs whole and is not timed.
+  if (family == kSplit && workers == nullptr) {
     family = kDefault;
     measurement.key.clear();
   }

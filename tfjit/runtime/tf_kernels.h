@@ -48,7 +48,7 @@ enum Family : int32_t {
   kOneDnn = 1,    // its oneDNN kernel (TF_ENABLE_ONEDNN_OPTS=1 rewrites to it), f32 only
   kMeasured = 2,  // whichever ran fastest on this call's shapes (kernel_choice.cc)
   // Never a call's argument, only a measured choice: the default kernel run in parts
-  // side by side, one thread each (tf_kernels.cc ComputeInParts), for calls that
+  // side by side, one thread each (kernel_parts.cc ComputeInParts), for calls that
   // divide into independent rows (RowParts).
   kSplit = 3,
 };
