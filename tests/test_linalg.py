@@ -312,7 +312,7 @@ def test_gradients_are_library_calls_that_name_their_kernel(rng):
     calls = {fu.roots[0].op.spelling: fu.notes[-1] for fu in fusions if fu.kind == "library"}
     assert set(calls) == {"convolution", "convolution-backprop-input", "convolution-backprop-filter",
                           "depthwise-backprop-input", "depthwise-backprop-filter"}, calls
-    assert calls["convolution"].startswith("runs TF's measured Conv2D kernel: the faster of")
+    assert calls["convolution"].startswith("runs TF's measured Conv2D kernel: the fastest of")
     assert calls["depthwise-backprop-filter"].startswith(
         "runs TF's measured DepthwiseConv2dNativeBackpropFilter kernel")
 

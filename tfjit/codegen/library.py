@@ -162,8 +162,9 @@ _CALLS = {
 # Which of TF's kernels a call runs under the launch op (runtime/tf_kernels.cc's Family):
 # the op's default CPU kernel (Eigen, with TF's oneDNN contraction kernel inside; what
 # graph mode runs with oneDNN off), its oneDNN kernel (_MklMatMul, _MklNative*; what
-# TF_ENABLE_ONEDNN_OPTS=1 runs), or the faster of the two, timed at the call's first
-# run.  Both are TF's; results agree within float tolerance.
+# TF_ENABLE_ONEDNN_OPTS=1 runs), or the fastest of the two and of the default kernel
+# run in parts side by side (runtime/kernel_parts.cc), timed over the call's first runs.
+# All are TF's; results agree within float tolerance.
 DEFAULT, ONEDNN, MEASURED = 0, 1, 2
 
 
