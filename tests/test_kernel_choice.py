@@ -11,6 +11,8 @@ the oracle is TF's executor with its default kernels, within f32 tolerance.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -171,7 +173,7 @@ PARTS_CASES = [
 ]
 
 
-@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one thread: no parts")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one thread: no parts")
 @pytest.mark.parametrize("fn,shapes,op,fragment", [c[1:] for c in PARTS_CASES],
                          ids=[c[0] for c in PARTS_CASES])
 def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, op, fragment,
@@ -194,7 +196,7 @@ def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, o
     assert kernel == min((t, k) for k, t in times.items() if t > 0)[1], choice
 
 
-@pytest.mark.skipif((__import__("os").cpu_count() or 1) < 2, reason="one thread: no groups")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one thread: no groups")
 def test_calls_in_a_concurrent_group_run_whole_and_are_chosen_apart(rng, monkeypatch):
     """A task of a concurrent group runs on one thread (parallel.cc RunGroup): its calls
     never run in parts, and their choice is kept apart from the same call's outside a

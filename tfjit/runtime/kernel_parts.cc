@@ -6,8 +6,9 @@
 // convolutions at batch 4 ([144, 1024] x [1024, 256] and back) took 20.0 ms under
 // tfjit with two intra-op threads and 19.0 ms with one (TF graph mode gained nothing
 // either: 25.1 ms both; XLA 16.9 and 23.5). Run as two halves of their positions side
-// by side, each on one thread, the chain took 10.3 ms. Whether that wins depends on the shapes and the CPU, so it is one more
-// kernel a measured call times (kernel_choice.cc), not a rule.
+// by side, each on one thread, the chain took 10.3 ms. Whether that wins depends on the
+// shapes and the CPU, so it is one more kernel a measured call times (kernel_choice.cc),
+// not a rule.
 //
 // A call divides where its result's rows are independent (RowParts, tf_kernels.h):
 // a convolution's images, a 1x1 stride-1 unpadded convolution's positions, a matrix

@@ -253,16 +253,13 @@ namespace {
 // went; `parts`, where given, says how the call divides for kSplit.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr) {
-  const DeviceBase::CpuWorkerThreads* workers = SplitWorkers(runtime, parts, inputs, out);
   Measurement measurement;
   const bool measured = family == kMeasured;
+  // Only a measured call may run in parts, and MeasuredFamily hands out kSplit only
+  // under the key of calls that can (so `workers` is set whenever family is kSplit).
+  const DeviceBase::CpuWorkerThreads* workers =
+      measured ? SplitWorkers(runtime, parts, inputs, out) : nullptr;
   if (measured) family = MeasuredFamily(spec, inputs, workers != nullptr, &measurement);
-  // A choice of kSplit is made only under a key of calls that can split (kernel_choice.cc);
-  // should one ever reach a call that cannot, it runs whole and is not timed.
-  if (family == kSplit && workers == nullptr) {
-    family = kDefault;
-    measurement.key.clear();
-  }
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<OpKernel*> kernel =
       CachedKernel(runtime->ctx, family == kSplit ? kDefault : family, spec);
