@@ -41,13 +41,6 @@ int64_t PartGrain(const RowParts& parts, const Tensor& in, const Tensor& out) {
   return parts.rows / grain >= 2 ? grain : 0;
 }
 
-// An int32 shape operand (a gradient's input_sizes) for `shape`.
-Tensor SizesOf(const TensorShape& shape) {
-  Tensor t(DT_INT32, TensorShape({shape.dims()}));
-  for (int d = 0; d < shape.dims(); ++d) t.vec<int32_t>()(d) = static_cast<int32_t>(shape.dim_size(d));
-  return t;
-}
-
 // One call divided into `count` parts, each run by one thread (RunSplit's blocks).
 struct PartsJob {
   OpKernelContext* ctx;
@@ -77,7 +70,7 @@ void RunParts(void** bufs, int64_t begin, int64_t end) {
     absl::InlinedVector<Tensor, 3> inputs(job->inputs.begin(), job->inputs.end());
     inputs[parts.divided] = Borrow(in.dtype(), parts.shape(last - first, false),
                                    in.tensor_data().data() + first * in_row);
-    if (parts.sizes >= 0) inputs[parts.sizes] = SizesOf(out_shape);
+    if (parts.sizes >= 0) inputs[parts.sizes] = Sizes(out_shape);
     const Tensor out = Borrow(job->out->dtype(), out_shape,
                               job->out->tensor_data().data() + first * out_row);
     job->status[p] = Compute(job->ctx, job->kernel, absl::MakeSpan(inputs), {out});

@@ -98,15 +98,13 @@ Tensor Borrow(DataType dtype, const TensorShape& shape, const void* data) {
   return t;
 }
 
-namespace {
-
-Tensor Sizes(int64_t a, int64_t b, int64_t c, int64_t d) {   // an int32 shape operand
-  Tensor t(DT_INT32, TensorShape({4}));
-  auto v = t.vec<int32_t>();
-  v(0) = static_cast<int32_t>(a), v(1) = static_cast<int32_t>(b);
-  v(2) = static_cast<int32_t>(c), v(3) = static_cast<int32_t>(d);
+Tensor Sizes(const TensorShape& shape) {
+  Tensor t(DT_INT32, TensorShape({shape.dims()}));
+  for (int d = 0; d < shape.dims(); ++d) t.vec<int32_t>()(d) = static_cast<int32_t>(shape.dim_size(d));
   return t;
 }
+
+namespace {
 
 // A kernel's context whose output i is `outs[i]`: allocate_output hands tfjit's
 // buffers to the kernel instead of allocating them. Any other allocation (a
@@ -443,10 +441,8 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
   const TensorShape x_shape({batch, in_rows, in_cols, in_depth});
   const TensorShape w_shape({filter_rows, filter_cols, in_depth, filter_depth});
   const Tensor g = Borrow(dtype, TensorShape({batch, out_rows, out_cols, out_depth}), grad);
-  Tensor inputs[3] = {of_input ? Sizes(batch, in_rows, in_cols, in_depth) : Borrow(dtype, x_shape, a),
-                      of_input ? Borrow(dtype, w_shape, a)
-                               : Sizes(filter_rows, filter_cols, in_depth, filter_depth),
-                      g};
+  Tensor inputs[3] = {of_input ? Sizes(x_shape) : Borrow(dtype, x_shape, a),
+                      of_input ? Borrow(dtype, w_shape, a) : Sizes(w_shape), g};
   const Tensor result = Borrow(dtype, of_input ? x_shape : w_shape, out);
   // The gradient of the input divides as the forward convolution does (by positions
   // where it is 1x1 and unpadded, else by images), through the gradient operand.

@@ -36,6 +36,9 @@ struct KernelSpec {
 // A Tensor over tfjit's memory `data` (TensorFlow never frees it).
 Tensor Borrow(DataType dtype, const TensorShape& shape, const void* data);
 
+// An int32 shape operand stating `shape` (a gradient's input_sizes or filter_sizes).
+Tensor Sizes(const TensorShape& shape);
+
 // Runs the default CPU kernel of `spec` on `inputs` with tfjit's `outs` as its
 // outputs, under the launch's context `runtime` (a RuntimeContext*, runtime.h):
 // 0, or 1 with TF's status in its error.
