@@ -24,6 +24,9 @@ from tfjit.codegen import library
 from tfjit.runtime import launch
 
 SURE = library.ONEDNN_SURE_POSITIONS
+# The CPUs this process may run on, which TF sizes its intra-op pool by (parts and
+# concurrent groups need two threads).
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _conv(strides, padding):
@@ -173,7 +176,7 @@ PARTS_CASES = [
 ]
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one thread: no parts")
+@pytest.mark.skipif(CPUS < 2, reason="one thread: no parts")
 @pytest.mark.parametrize("fn,shapes,op,fragment", [c[1:] for c in PARTS_CASES],
                          ids=[c[0] for c in PARTS_CASES])
 def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, op, fragment,
@@ -196,7 +199,7 @@ def test_calls_that_divide_are_timed_in_parts_and_match_tensorflow(fn, shapes, o
     assert kernel == min((t, k) for k, t in times.items() if t > 0)[1], choice
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one thread: no groups")
+@pytest.mark.skipif(CPUS < 2, reason="one thread: no groups")
 def test_calls_in_a_concurrent_group_run_whole_and_are_chosen_apart(rng, monkeypatch):
     """A task of a concurrent group runs on one thread (parallel.cc RunGroup): its calls
     never run in parts, and their choice is kept apart from the same call's outside a
