@@ -167,6 +167,17 @@ PARTS_CASES = [
      "[4,9,9,16]"),
     # a matrix product into its rows: 45 rows, results of 20 floats (parts of 4k rows)
     ("dot-rows", tf.matmul, ((45, 32), (32, 20)), "MatMul/", "[45,32]"),
+    # a batched product whose rhs is one matrix (a dense layer on [B, T, K]) into its
+    # B * T rows: 15 rows, results of 20 floats (parts of 4k rows)
+    ("batched-dot-rows", tf.matmul, ((3, 5, 32), (32, 20)), "BatchMatMulV2/", "[3,5,32] [1,32,20]"),
+    # any other batched product into its matrices, each batched operand divided: both
+    # batched, lhs transposed, lhs broadcast against a batch of rhs
+    ("batched-dot-matrices", tf.matmul, ((4, 6, 16), (4, 16, 8)), "BatchMatMulV2/",
+     "[4,6,16] [4,16,8]"),
+    ("batched-dot-adjoint-lhs", lambda a, b: tf.matmul(a, b, transpose_a=True),
+     ((5, 16, 6), (5, 16, 8)), "BatchMatMulV2/float/10", "[5,16,6] [5,16,8]"),
+    ("batched-dot-broadcast-lhs", tf.matmul, ((1, 6, 16), (3, 16, 16)), "BatchMatMulV2/",
+     "[1,6,16] [3,16,16]"),
     # the gradient of a convolution's input, through the gradient operand, with the
     # input_sizes operand of each part its own
     ("grad-input-images", _conv_grads(2, "SAME"), ((3, 7, 7, 16), (3, 3, 16, 16)),

@@ -13,8 +13,8 @@
 // A call divides where its result's rows are independent (RowParts, tf_kernels.h):
 // a convolution's images, a 1x1 stride-1 unpadded convolution's positions, a matrix
 // product's rows, a gradient of the input by images. Each part is TF's kernel on its
-// rows of the divided operand and of the result, the other operands whole; the parts
-// start 64-byte aligned in both (TensorFlow CHECKs a Tensor's alignment), so a call
+// rows of the divided operands and of the result, the other operands whole; the parts
+// start 64-byte aligned in all of them (TensorFlow CHECKs a Tensor's alignment), so a call
 // that cannot be cut so runs whole.
 
 #include <algorithm>
@@ -34,10 +34,14 @@ namespace {
 
 // Rows per aligned unit of `parts` (a part is a whole number of units), or 0 when the
 // call has fewer than two units.
-int64_t PartGrain(const RowParts& parts, const Tensor& in, const Tensor& out) {
-  const int64_t in_row = in.TotalBytes() / parts.rows, out_row = out.TotalBytes() / parts.rows;
-  auto grain_of = [](int64_t row_bytes) { return 64 / std::gcd<int64_t>(64, row_bytes); };
-  const int64_t grain = std::lcm(grain_of(in_row), grain_of(out_row));
+int64_t PartGrain(const RowParts& parts, absl::Span<const Tensor> inputs, const Tensor& out) {
+  auto grain_of = [&](const Tensor& t) {
+    return 64 / std::gcd<int64_t>(64, t.TotalBytes() / parts.rows);
+  };
+  int64_t grain = grain_of(out);
+  for (int i = 0; i < static_cast<int>(inputs.size()); ++i) {
+    if (parts.Divides(i)) grain = std::lcm(grain, grain_of(inputs[i]));
+  }
   return parts.rows / grain >= 2 ? grain : 0;
 }
 
@@ -59,20 +63,22 @@ void RunParts(void** bufs, int64_t begin, int64_t end) {
   const RowParts& parts = *job->parts;
   ScopedPerThreadMaxParallelism one_thread(1);
   const int64_t units = parts.rows / job->grain;
-  const Tensor& in = job->inputs[parts.divided];
-  const int64_t in_row = in.TotalBytes() / parts.rows;
-  const int64_t out_row = job->out->TotalBytes() / parts.rows;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t first = job->grain * (units * p / job->count);
     const int64_t last =
         p + 1 == job->count ? parts.rows : job->grain * (units * (p + 1) / job->count);
-    const TensorShape out_shape = parts.shape(last - first, true);
+    // Rows [first, last) of a tensor divided by rows, as a part of shape(last - first).
+    auto part_of = [&](const Tensor& whole, int operand) {
+      const int64_t row_bytes = whole.TotalBytes() / parts.rows;
+      return Borrow(whole.dtype(), parts.shape(last - first, operand),
+                    whole.tensor_data().data() + first * row_bytes);
+    };
     absl::InlinedVector<Tensor, 3> inputs(job->inputs.begin(), job->inputs.end());
-    inputs[parts.divided] = Borrow(in.dtype(), parts.shape(last - first, false),
-                                   in.tensor_data().data() + first * in_row);
-    if (parts.sizes >= 0) inputs[parts.sizes] = Sizes(out_shape);
-    const Tensor out = Borrow(job->out->dtype(), out_shape,
-                              job->out->tensor_data().data() + first * out_row);
+    for (int i = 0; i < static_cast<int>(inputs.size()); ++i) {
+      if (parts.Divides(i)) inputs[i] = part_of(job->inputs[i], i);
+    }
+    const Tensor out = part_of(*job->out, RowParts::kResult);
+    if (parts.sizes >= 0) inputs[parts.sizes] = Sizes(out.shape());
     job->status[p] = Compute(job->ctx, job->kernel, absl::MakeSpan(inputs), {out});
   }
 }
@@ -86,7 +92,7 @@ const DeviceBase::CpuWorkerThreads* SplitWorkers(const RuntimeContext* runtime,
   const DeviceBase::CpuWorkerThreads* workers =
       runtime->ctx->device()->tensorflow_cpu_worker_threads();
   if (workers == nullptr || workers->num_threads < 2 || GetPerThreadMaxParallelism() < 2 ||
-      PartGrain(*parts, inputs[parts->divided], out) == 0) {
+      PartGrain(*parts, inputs, out) == 0) {
     return nullptr;
   }
   return workers;
@@ -95,7 +101,7 @@ const DeviceBase::CpuWorkerThreads* SplitWorkers(const RuntimeContext* runtime,
 absl::Status ComputeInParts(OpKernelContext* ctx, OpKernel* kernel, absl::Span<Tensor> inputs,
                             const Tensor& out, const RowParts& parts,
                             const DeviceBase::CpuWorkerThreads* workers) {
-  const int64_t grain = PartGrain(parts, inputs[parts.divided], out);
+  const int64_t grain = PartGrain(parts, inputs, out);
   const int64_t count = std::min<int64_t>(parts.rows / grain, workers->num_threads);
   PartsJob job{ctx, kernel, inputs, &out, &parts, grain, count, std::vector<absl::Status>(count)};
   // A cost per part that makes RunSplit split rather than run inline, one part a block.

@@ -379,10 +379,23 @@ int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T),
   };
   const KernelSpec spec{batched ? "BatchMatMulV2" : "MatMul", dtype, 2,
                         absl::StrCat(transpose_lhs, transpose_rhs), attrs};
-  // A matrix product's rows are independent where lhs is stored m x k.
-  auto part_shape = [&](int64_t r, bool of_output) { return TensorShape({r, of_output ? n : k}); };
-  const RowParts rows{batched || transpose_lhs ? 0 : m, part_shape};
-  return Run(rt, family, spec, inputs, Borrow(dtype, out_shape, out), &rows);
+  // Parts: a product's rows where lhs is stored rows x k and rhs is one matrix (a
+  // batch of them flattened to [1, batch * m, k], which BatchMatMulV2 broadcasts
+  // against rhs [1, k, n]); else a batch's matrices, every batched operand divided.
+  const bool by_rows = !transpose_lhs && (!batched || (rhs_stride == 0 && lhs_stride != 0));
+  auto part_shape = [&](int64_t r, int operand) {
+    if (by_rows) {
+      TensorShape shape({r, operand == RowParts::kResult ? n : k});
+      if (batched) shape.InsertDim(0, 1);
+      return shape;
+    }
+    TensorShape shape = operand == RowParts::kResult ? out_shape : inputs[operand].shape();
+    shape.set_dim(0, r);
+    return shape;
+  };
+  const RowParts parts{by_rows ? batch * m : batched ? batch : 0, part_shape,
+                       by_rows ? 1u : (lhs_stride != 0 ? 1u : 0u) | (rhs_stride != 0 ? 2u : 0u)};
+  return Run(rt, family, spec, inputs, Borrow(dtype, out_shape, out), &parts);
 }
 
 template <typename T>
@@ -408,7 +421,8 @@ int32_t Conv2D(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T),
   // them too); any other divides into its images.
   const bool pointwise = filter_rows == 1 && filter_cols == 1 && row_stride == 1 &&
                          col_stride == 1 && std::strcmp(attrs.padding, "VALID") == 0;
-  auto part_shape = [&](int64_t r, bool of_output) {
+  auto part_shape = [&](int64_t r, int operand) {
+    const bool of_output = operand == RowParts::kResult;
     if (pointwise) return TensorShape({1, 1, r, of_output ? out_depth : in_depth});
     return of_output ? TensorShape({r, out_rows, out_cols, out_depth})
                      : TensorShape({r, in_rows, in_cols, in_depth});
@@ -449,14 +463,15 @@ int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, i
   const bool pointwise = of_input && !depthwise && filter_rows == 1 && filter_cols == 1 &&
                          row_stride == 1 && col_stride == 1 &&
                          std::strcmp(attrs.padding, "VALID") == 0;
-  auto part_shape = [&](int64_t r, bool of_output) {
+  auto part_shape = [&](int64_t r, int operand) {
+    const bool of_output = operand == RowParts::kResult;
     const int64_t depth = of_output ? in_depth : out_depth;
     return pointwise ? TensorShape({1, 1, r, depth})
            : of_output ? TensorShape({r, in_rows, in_cols, in_depth})
                        : TensorShape({r, out_rows, out_cols, out_depth});
   };
   const RowParts parts{!of_input ? 0 : pointwise ? batch * in_rows * in_cols : batch, part_shape,
-                       /*divided=*/2, /*sizes=*/0};
+                       /*divided=*/1u << 2, /*sizes=*/0};
   return Run(rt, family, spec, inputs, result, &parts);
 }
 

@@ -60,15 +60,19 @@ enum Family : int32_t {
 constexpr int kFamilies = 4;
 
 // A call whose result divides into independent rows, each computed from the same rows
-// of one input (`divided`) and the other inputs whole: a convolution's images, a 1x1
-// convolution's positions, a matrix product's rows. `rows` of them; `shape(r,
-// of_output)` is the shape of a part of r rows of that input (of the result); `sizes`,
+// of the inputs in `divided` (a mask of input indices) and the other inputs whole: a
+// convolution's images, a 1x1 convolution's positions, a matrix product's rows, a
+// batched product's matrices. `rows` of them; `shape(r, operand)` is the shape of a
+// part of r rows of input `operand` (of the result where `operand` is -1); `sizes`,
 // when not -1, is an input that states the result's shape (a gradient's input_sizes).
 struct RowParts {
+  static constexpr int kResult = -1;
   int64_t rows;
-  absl::FunctionRef<TensorShape(int64_t rows, bool of_output)> shape;
-  int divided = 0;
+  absl::FunctionRef<TensorShape(int64_t rows, int operand)> shape;
+  uint32_t divided = 1;
   int sizes = -1;
+
+  bool Divides(int operand) const { return (divided >> operand) & 1; }
 };
 
 // Runs `kernel` on `inputs` (held here too, so no kernel may forward one as its
