@@ -42,9 +42,9 @@ from tfjit.codegen import tiering  # noqa: E402
 
 
 # Untimed calls before timing: tfjit measures which of TF's kernels a library call runs
-# over its first calls (up to 8: runtime/kernel_choice.cc), so until then a call may
-# run the slower one.
-WARMUP = 8
+# over its first calls (up to 12: an untimed and three timed runs of each of three
+# kernels, runtime/kernel_choice.cc), so until then a call may run a slower one.
+WARMUP = 12
 
 
 def median_ms(fn, runs: int, warmup: int = WARMUP) -> float:
