@@ -25,7 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen import gather, lanes
+from tfjit.codegen import gather, lanes, tiles
 from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
@@ -59,7 +59,7 @@ def _index_key(v):
     return id(v)
 
 
-class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
+class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.TiledRows):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
                  messages: list | None = None, gpu: bool = False, reuse: dict | None = None,
                  warp: int = 1):
@@ -102,7 +102,15 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows):
                 per = lanes.flat_elements(f)
                 return [(self._function(self.name, self._loop_row), _math.prod(f.shape) // per,
                          per_element * per)]
-
+            self.tile = None if self.gpu else tiles.transpose_tile(f)
+            if self.tile is not None:       # a transposed read: blocks of rows (codegen/tiles.py)
+                note = (f"{f.name} reads an operand transposed: iterated in blocks of "
+                        f"{tiles.TILE_ROWS} along dim {self.tile}, tiles of {tiles.TILE_COLUMNS}")
+                if note not in f.notes:
+                    f.notes.append(note)
+                return [(self._function(self.name, self._tiled_row),
+                         _math.prod(tiles.tile_blocks(f, self.tile)),
+                         tiles.TILE_ROWS * f.shape[-1] * per_element)]
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * per_element
             return [(self._function(self.name, self._loop_row), f.rows, cost)]
         reduced = _math.prod(f.shape[f.outer:])

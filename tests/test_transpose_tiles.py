@@ -1,0 +1,86 @@
+"""Loop kernels that read an operand transposed, iterated in tiles (codegen/tiles.py).
+
+A kernel whose result is a transpose moving its operand's last dim walks blocks of
+16 results along that dim in tiles of 16 along its own last dim, instead of one
+result row at a time.  Only the order changes, so every case is compared with TF's
+executor exactly (a transpose, and float ops computed elementwise as before), and the
+kernel's note says which kernels were tiled.  Edge sizes: one row or column, primes,
+dims that are not a multiple of the tile, fewer blocks than cores, a ragged last block.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+
+TILED = "reads an operand transposed"
+
+
+def _tiled(jit, *xs) -> list:
+    return [n for f in jit.compiled(*xs).fusions for n in f.notes if TILED in n]
+
+
+# (id, operand shape, perm, whether the kernel is tiled)
+CASES = [
+    ("square-pow2", (256, 256), (1, 0), True),
+    ("primes", (257, 131), (1, 0), True),
+    ("one-row", (1, 300), (1, 0), False),          # the result [300, 1]: rows of one
+    ("one-column", (300, 1), (1, 0), False),       # operand rows of 4 bytes: no lines to share
+    ("operand-rows-of-8", (500, 8), (1, 0), True),      # f32/bf16/int8 rows under a line: untiled
+    ("ragged-last-block", (200, 33), (1, 0), True),     # 33 = 2 blocks of 16 and one of 1
+    ("one-block", (300, 16), (1, 0), True),             # q extent exactly one block
+    ("fewer-blocks-than-cores", (200, 17), (1, 0), True),
+    ("nhwc-to-nchw", (2, 7, 9, 40), (0, 3, 1, 2), True),
+    ("nchw-to-nhwc-short-rows", (2, 3, 10, 24), (0, 2, 3, 1), True),   # 3 channels a row
+    ("nchw-to-nhwc-rows-in-l1", (2, 64, 5, 24), (0, 2, 3, 1), False),  # 64 a row: untiled
+    ("3d-swap-last-two", (3, 300, 37), (0, 2, 1), True),
+    ("rows-in-l1", (3, 67, 37), (0, 2, 1), False),     # 67 operand lines a row: untiled
+    ("3d-reverse", (19, 5, 21), (2, 1, 0), True),
+    ("keeps-last-dim", (4, 30, 6, 20), (0, 2, 1, 3), False),   # reads whole operand rows
+]
+
+
+@pytest.mark.parametrize("shape,perm,tiled", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "int8"])
+def test_transposes_match_tensorflow(shape, perm, tiled, dtype):
+    rng = np.random.default_rng(sum(shape))
+    x = tf.cast(tf.constant(rng.standard_normal(shape) * 50), dtype)
+    fn = lambda x: tf.transpose(x, perm)   # noqa: E731
+    jit = tfjit.function(fn, jit_compile=True)
+    assert_matches(jit(x).numpy(), fn(x).numpy(), rtol=0, atol=0)
+    dtype_tiled = tiled and shape[perm[-1]] != 1 and \
+        shape[-1] * x.dtype.size >= 64 and x.shape.num_elements() > 0
+    assert bool(_tiled(jit, x)) == dtype_tiled, _tiled(jit, x)
+
+
+def test_elementwise_of_a_transpose_and_a_row_major_operand_is_tiled_and_exact():
+    """The transposed read beside reads at the kernel's own index, NaN, inf and -0.0
+    in the operand, and two outputs of the one kernel."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((200, 70)).astype(np.float32)
+    a[3, 5], a[7, 44], a[44, 69], a[0, 0] = np.nan, np.inf, -np.inf, -0.0
+    x, y = tf.constant(a), tf.constant(rng.standard_normal((70, 200)).astype(np.float32))
+
+    def fn(x, y):
+        t = tf.transpose(x)
+        return t * y + 1.0, tf.exp(t) - y
+    jit = tfjit.function(fn, jit_compile=True)
+    for got, want in zip(jit(x, y), fn(x, y)):
+        assert_matches(got.numpy(), want.numpy())
+    assert _tiled(jit, x, y)
+
+
+def test_a_transpose_inside_a_larger_graph_matches_tensorflow():
+    """q @ k^T-style head transposes feeding a product and a softmax."""
+    rng = np.random.default_rng(4)
+    x = tf.constant(rng.standard_normal((2, 33, 4, 24)).astype(np.float32))
+
+    def fn(x):
+        h = tf.transpose(x, [0, 2, 3, 1])                 # [2, 4, 24, 33]
+        return tf.nn.softmax(h * 0.5, axis=-1), tf.reduce_sum(h, axis=2)
+    jit = tfjit.function(fn, jit_compile=True)
+    for got, want in zip(jit(x), fn(x)):
+        assert_matches(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
