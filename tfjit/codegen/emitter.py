@@ -102,10 +102,11 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
                 per = lanes.flat_elements(f)
                 return [(self._function(self.name, self._loop_row), _math.prod(f.shape) // per,
                          per_element * per)]
-            self.tile = None if self.gpu else tiles.transpose_tile(f)
+            self.tile = None if self.gpu else tiles.transpose_tile(f, self.reads)
             if self.tile is not None:       # a transposed read: blocks of rows (codegen/tiles.py)
                 note = (f"{f.name} reads an operand transposed: iterated in blocks of "
-                        f"{tiles.TILE_ROWS} along dim {self.tile}, tiles of {tiles.TILE_COLUMNS}")
+                        f"{tiles.TILE_ROWS} along dim {self.tile}, tiles of {tiles.TILE_COLUMNS}"
+                        + (", transposed in registers" if self._staged() else ""))
                 if note not in f.notes:
                     f.notes.append(note)
                 return [(self._function(self.name, self._tiled_row),
