@@ -25,7 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen import gather, lanes, tiles
+from tfjit.codegen import gather, lanes, segments, tiles
 from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
@@ -59,7 +59,8 @@ def _index_key(v):
     return id(v)
 
 
-class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.TiledRows):
+class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.TiledRows,
+                    segments.ConcatSegments):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
                  messages: list | None = None, gpu: bool = False, reuse: dict | None = None,
                  warp: int = 1):
@@ -224,6 +225,10 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
         self._hoist(outer)
         if len(f.shape) == f.outer:
             self._store_roots(outer)
+            return
+        concat = segments.row_concat(f, self.gpu)
+        if concat is not None:        # an element loop per operand (codegen/segments.py)
+            self._segmented_row(concat, outer)
             return
         self._each(0, f.shape[-1], "j", lambda j, valid: self._store_roots(outer + (j,), valid),
                    self._elements_md())
@@ -425,6 +430,9 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
         return b.select(inside, self.value(x, tuple(inner)), self.value(pad_value, ()))
 
     def _concat(self, i: Instr, idx):
+        segment = self.segment_value(i, idx)
+        if segment is not None:
+            return segment
         b = self.b
         dim = i.attrs["dim"]
         result, offset = None, 0
