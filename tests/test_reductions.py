@@ -145,3 +145,26 @@ def test_column_max_min_nans_and_infinities_in_every_position(shape, axes, dtype
                        check_zero_sign=False)
     if rows > 1 and cols > 1:
         assert any(fu.column for fu in compiled.compiled(x).fusions), compiled.compiled(x).fusions
+
+
+def test_a_whole_tensor_statistic_is_not_recomputed_by_every_row():
+    """x * min(1, c / norm(x)) and tf.clip_by_global_norm: the norm is a kernel of its
+    own (each row of the scaling kernel recomputed all of it: 3.6 s on [4096, 4096]),
+    and the results are TF's."""
+    rng = np.random.default_rng(11)
+    x = tf.constant(rng.standard_normal((300, 200)).astype(np.float32))
+    y = tf.constant(rng.standard_normal((50, 7)).astype(np.float32))
+
+    def scale(x):
+        return x * tf.minimum(1.0, 5.0 / tf.norm(x))
+
+    def clip(x, y):
+        return tf.clip_by_global_norm([x, y], 3.0)[0]
+    for fn, args in ((scale, (x,)), (clip, (x, y))):
+        jit = tfjit.function(fn, jit_compile=True)
+        for got, want in zip(tf.nest.flatten(jit(*args)), tf.nest.flatten(fn(*args))):
+            assert_matches(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+        fusions = jit.compiled(*args).fusions
+        # (a scalar kernel may hoist one: the sum of the two squared norms)
+        assert not any(h.size == 1 for f in fusions if f.kind == "loop" and f.shape
+                       for h in f.hoisted), [f.notes for f in fusions]

@@ -82,6 +82,43 @@ def test_softmax_is_one_loop_kernel_hoisting_both_reductions():
     assert not o.plan.temp_bytes                    # nothing goes through memory
 
 
+def _scaled_by_a_sum(shape: str, reduced: str, ndims: int, dims: str) -> str:
+    """x * sum(y): y [reduced] summed over its last ``ndims`` dims, broadcast to x."""
+    out = "f32[]" if ndims == len(reduced.split(",")) else f"f32[{reduced.split(',')[0]}]"
+    return f"""module scaled {{
+  %p0 = f32[{shape}] parameter(0)
+  %p1 = f32[{reduced}] parameter(1)
+  %reduce.0 = {out} reduce(%p1), kind=sum, ndims={ndims}
+  %broadcast.1 = f32[{shape}] broadcast(%reduce.0), dims={{{dims}}}
+  %multiply.2 = f32[{shape}] multiply(%p0, %broadcast.1)
+  ROOT (%multiply.2)
+}}
+"""
+
+
+@pytest.mark.parametrize("shape,reduced,ndims,dims,hoisted", [
+    # a whole-tensor statistic read by every row: each row would sum all 256 x 64 again
+    ("256,64", "256,64", 2, "", False),
+    # one output per row (a row statistic of the kernel's own rows): hoisted
+    ("256,64", "256,64", 1, "0", True),
+    # a scalar of a vector no longer than a row: recomputed per row, cheaply
+    ("256,64", "64", 1, "", True),
+    # ... and of one longer than a row
+    ("256,64", "65", 1, "", False),
+    # a statistic per batch read by the batch's rows ([4, 64, 32]: 64 rows per output)
+    ("4,64,32", "4,2048", 1, "0", False),
+])
+def test_a_reduction_is_hoisted_only_where_rows_do_not_recompute_it_at_length(
+        shape, reduced, ndims, dims, hoisted):
+    o = pipeline.optimize(parse_module(_scaled_by_a_sum(shape, reduced, ndims, dims)),
+                          pipeline.Options(verify=True))
+    loop = next(f for f in o.fusions if f.kind == "loop")
+    assert bool(loop.hoisted) == hoisted, [f.notes for f in o.fusions]
+    if not hoisted:
+        (red,) = [f for f in o.fusions if f.kind == "reduce"]
+        assert "would be recomputed by" in red.notes[0], red.notes
+
+
 def test_buffer_assignment_slots_and_aligned_temps():
     o = pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True))
     plan = o.plan
