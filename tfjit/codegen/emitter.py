@@ -271,7 +271,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
                 self.fill[h] = self._entry_alloca(t, self.f.shape[-1])
             self.value(h, outer[:h.rank])
             if h in self.fill:     # from now on this row's values of e come from the buffer
-                self.row_cache[e] = (self.fill[h], tuple(_index_key(v) for v in outer))
+                self.row_cache[e] = (self.fill[h], self._index_keys(outer))
         self.fill = {}
 
     def _prefetch_next_row(self, outer):
@@ -315,8 +315,13 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
 
     # -- reduction kernels ------------------------------------------------------------
     # -- elemental generation ----------------------------------------------------------
+    @staticmethod
+    def _index_keys(idx: tuple) -> tuple:
+        """The memo's key of an index (its values' identities, constants by value)."""
+        return tuple(_index_key(v) for v in idx)
+
     def value(self, i: Instr, idx: tuple):
-        key = (i, tuple(_index_key(v) for v in idx))
+        key = (i, self._index_keys(idx))
         for scope in reversed(self.scopes):
             if key in scope:
                 return scope[key]

@@ -13,7 +13,7 @@ index (behind a reverse or a slice of the row), the selects remain.
 from __future__ import annotations
 
 from tfjit.codegen.llvm_types import i64
-from tfjit.codegen.tiles import _computed
+from tfjit.codegen.tiles import computed
 from tfjit.ir.ops import Op
 
 
@@ -22,7 +22,7 @@ def row_concat(f, gpu: bool):
     if gpu or not f.shape or f.kind != "loop" or f.flat:
         return None
     last = len(f.shape) - 1
-    for i in _computed(f):
+    for i in computed(f):
         if i.op is Op.CONCAT and i.attrs["dim"] == last and tuple(i.shape) == tuple(f.shape) \
                 and sum(1 for x in i.operands if x.shape[last]) > 1:
             return i

@@ -11,9 +11,12 @@ Here a kernel row is instead a block of ``TILE_ROWS`` consecutive results along 
 result dim ``q`` that is the operand's last dim, walked in tiles of ``TILE_COLUMNS``
 along the last dim: a tile reads ``TILE_COLUMNS`` operand lines of ``TILE_ROWS``
 elements, each line serving ``TILE_ROWS`` results while it is in L1, and writes
-``TILE_ROWS`` runs of ``TILE_COLUMNS`` results.  Only the iteration order changes:
-every result element is computed as before, from the same values, so results are
-bit-identical to the untiled kernel's.
+``TILE_ROWS`` runs of ``TILE_COLUMNS`` results.  A whole tile of a transpose of a
+value in memory is loaded as ``TILE_COLUMNS`` vectors and transposed in registers
+(``TiledRows._stage``); other tiles gather (two gathers per 16 f32 on AVX-512, which
+left [4096, 4096] at 0.8x TF's speed; staged, 1.1-1.2x).  Only the iteration order
+changes: every result element is computed as before, from the same values, so results
+are bit-identical to the untiled kernel's.
 
 The GPU keeps its row-per-thread loops (codegen/lanes.py); this is the CPU's.
 """
@@ -49,7 +52,7 @@ def transpose_tile(f, reads) -> int | None:
     if f.kind != "loop" or f.flat or f.hoisted or len(f.shape) < 2 or f.shape[-1] < 2:
         return None
     last = len(f.shape) - 1
-    for i in _computed(f):
+    for i in computed(f):
         if i.op is not Op.TRANSPOSE or tuple(i.shape) != tuple(f.shape):
             continue
         perm = list(i.attrs["perm"])
@@ -77,7 +80,7 @@ def _stageable(t, reads) -> bool:
     return t.operands[0] in reads and storage_type(t.dtype) == value_type(t.dtype)
 
 
-def _computed(f) -> list:
+def computed(f) -> list:
     """What ``f`` computes per element: its instructions, and the cheap values it
     recomputes from their operands (a transpose of a parameter is not one of f's
     instructions but an index mapping into the parameter: passes/fusion.py is_cheap)."""
@@ -129,7 +132,7 @@ class TiledRows:
     def _staged(self) -> list:
         """The transposes of this kernel to stage per tile."""
         last = len(self.f.shape) - 1
-        return [t for t in _computed(self.f)
+        return [t for t in computed(self.f)
                 if t.op is Op.TRANSPOSE and tuple(t.shape) == tuple(self.f.shape)
                 and list(t.attrs["perm"]).index(last) == self.tile and _stageable(t, self.reads)]
 
@@ -163,13 +166,12 @@ class TiledRows:
     def _tile(self, outer, first, count, start, stop, buffers):
         """Rows [first, first + count) along q of the tile's columns [start, stop);
         ``buffers``: {staged transpose: its tile, transposed}."""
-        from tfjit.codegen.emitter import _index_key      # (emitter imports this module)
         b, q = self.b, self.tile
         outer = list(outer)
         with for_range(b, 0, count, "r") as r, self._scope():
             outer[q] = b.add(first, r)
             idx = tuple(outer)
-            key = tuple(_index_key(v) for v in idx)
+            key = self._index_keys(idx)
             for x, buf in buffers.items():      # row r of the tile, at the columns' index
                 self.row_cache[x] = (b.gep(buf, [b.sub(b.mul(r, i64(TILE_COLUMNS)), start)],
                                            source_etype=value_type(x.dtype)), key)
