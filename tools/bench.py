@@ -87,6 +87,22 @@ def time_ms(variants: dict, runs: int, warmup: int = WARMUP) -> dict:
     return {k: np.array(t) for k, t in times.items()}
 
 
+def peer_medians(fn, xs, runs: int) -> dict:
+    """{"graph", "xla", "tfjit": median ms} of ``fn(*xs)`` as a tf.function, with TF's
+    XLA and with tfjit, the three timed round-robin (the sweeps' rows)."""
+    variants = {"graph": tf.function(fn), "xla": tf.function(fn, jit_compile=True),
+                "tfjit": tfjit.function(fn, jit_compile=True)}
+    ms = time_ms({k: Variant(lambda f=f: f(*xs)) for k, f in variants.items()}, runs)
+    return {k: float(np.median(v)) for k, v in ms.items()}
+
+
+def print_slowest(worst: list, against: str) -> None:
+    """The eight rows of ``worst`` ((ratio, *names)) with the lowest ratio."""
+    worst.sort()
+    print(f"\nslowest against {against}:",
+          ", ".join(f"{r:.2f}x {' '.join(names)}" for r, *names in worst[:8]))
+
+
 def _block(result):
     """Waits for the result.  TF runs eager ops and function calls synchronously on
     the CPU, so small results are fetched and large ones only held: ``.numpy()``

@@ -27,8 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
-import tfjit  # noqa: E402
-from tools.bench import Variant, read_bandwidth_gbs, time_ms  # noqa: E402
+from tools.bench import peer_medians, print_slowest, read_bandwidth_gbs  # noqa: E402
 
 
 def _transpose(perm):
@@ -99,18 +98,13 @@ def main(argv=None) -> int:
             continue
         xs = [tf.constant(rng.integers(0, 65536, 32768).astype(np.int32)) if s == "idx"
               else tf.constant(rng.standard_normal(s).astype(np.float32)) for s in shapes]
-        variants = {"graph": tf.function(fn), "xla": tf.function(fn, jit_compile=True),
-                    "tfjit": tfjit.function(fn, jit_compile=True)}
-        ms = time_ms({k: Variant(lambda f=f: f(*xs)) for k, f in variants.items()}, args.runs)
-        med = {k: float(np.median(v)) for k, v in ms.items()}
+        med = peer_medians(fn, xs, args.runs)
         gbs = _bytes_moved(fn, xs) / (med["tfjit"] / 1e3) / 1e9
         worst.append((min(med["graph"], med["xla"]) / med["tfjit"], cls, what))
         print(f"| {cls} | {what} | {med['graph']:.3f} | {med['xla']:.3f} | {med['tfjit']:.3f} | "
               f"{med['graph'] / med['tfjit']:.2f}x | {med['xla'] / med['tfjit']:.2f}x | "
               f"{gbs:.1f} | {100 * gbs / bw:.0f}% |", flush=True)
-    worst.sort()
-    print("\nslowest against the faster peer:",
-          ", ".join(f"{r:.2f}x {c} {w}" for r, c, w in worst[:8]))
+    print_slowest(worst, "the faster peer")
     return 0
 
 

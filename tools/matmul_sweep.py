@@ -34,8 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
-import tfjit  # noqa: E402
-from tools.bench import Variant, median_ms, read_bandwidth_gbs, time_ms  # noqa: E402
+from tools.bench import median_ms, peer_medians, print_slowest, read_bandwidth_gbs  # noqa: E402
 
 _LAYERS = ((256, 256), (1024, 256), (256, 1024), (1024, 1024), (4096, 1024))
 _ROWS = (1, 16, 256, 1024, 4096)
@@ -101,10 +100,7 @@ def main(argv=None) -> int:
                 or flops / 1e9 > args.max_gflop):
             continue
         xs = [tf.constant(rng.standard_normal(s).astype(np.float32)) for s in shapes]
-        variants = {"graph": tf.function(fn), "xla": tf.function(fn, jit_compile=True),
-                    "tfjit": tfjit.function(fn, jit_compile=True)}
-        ms = time_ms({k: Variant(lambda f=f: f(*xs)) for k, f in variants.items()}, args.runs)
-        med = {k: float(np.median(v)) for k, v in ms.items()}
+        med = peer_medians(fn, xs, args.runs)
         gflops = flops / (med["tfjit"] / 1e3) / 1e9
         moved = 4 * (sum(x.shape.num_elements() for x in xs) + int(np.prod(out_shape(fn, xs))))
         compute_ms, memory_ms = flops / peak / 1e6, moved / bw / 1e6
@@ -114,9 +110,7 @@ def main(argv=None) -> int:
               f"{med['graph'] / med['tfjit']:.2f}x | {med['xla'] / med['tfjit']:.2f}x | "
               f"{gflops:.0f} | {bound} | {100 * max(compute_ms, memory_ms) / med['tfjit']:.0f}% |",
               flush=True)
-    worst.sort()
-    print("\nslowest against the faster peer:",
-          ", ".join(f"{r:.2f}x {c} {w}" for r, c, w in worst[:8]))
+    print_slowest(worst, "the faster peer")
     return 0
 
 

@@ -31,8 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
-import tfjit  # noqa: E402
-from tools.bench import Variant, read_bandwidth_gbs, time_ms  # noqa: E402
+from tools.bench import peer_medians, print_slowest, read_bandwidth_gbs  # noqa: E402
 
 SHAPES = {"tall-65536x64": (65536, 64), "tall-8192x2048": (8192, 2048), "square-4096": (4096, 4096),
           "wide-64x65536": (64, 65536), "3d-64x512x256": (64, 512, 256)}
@@ -97,23 +96,19 @@ def main(argv=None) -> int:
     for sname, shape, aname, axis, op, fname, dtype in rows(args.only, args.ops, args.forms, args.axes):
         x = tf.cast(tf.constant(rng.standard_normal(shape).astype(np.float32)), dtype)
         fn, passes = form(op, fname, axis)
-        variants = {"graph": tf.function(fn), "xla": tf.function(fn, jit_compile=True),
-                    "tfjit": tfjit.function(fn, jit_compile=True)}
         try:
-            ms = time_ms({k: Variant(lambda f=f: f(x)) for k, f in variants.items()}, args.runs)
+            med = peer_medians(fn, [x], args.runs)
         except (tf.errors.OpError, ValueError) as e:
             print(f"| {sname} | {aname} | {op} | {fname} | {dtype.name} | failed: "
                   f"{str(e).splitlines()[0][:80]} |||||")
             continue
-        med = {k: float(np.median(v)) for k, v in ms.items()}
         gbs = x.shape.num_elements() * dtype.size * passes / (med["tfjit"] / 1e3) / 1e9
         ratio = med["xla"] / med["tfjit"]
         worst.append((ratio, sname, aname, op, fname, dtype.name))
         print(f"| {sname} | {aname} | {op} | {fname} | {dtype.name} | {med['graph']:.2f} | "
               f"{med['xla']:.2f} | {med['tfjit']:.2f} | {ratio:.2f}x | {gbs:.1f} | "
               f"{100 * gbs / bw:.0f}% |", flush=True)
-    worst.sort()
-    print("\nslowest against XLA:", ", ".join(f"{r:.2f}x {' '.join(w)}" for r, *w in worst[:8]))
+    print_slowest(worst, "XLA")
     return 0
 
 
