@@ -94,8 +94,9 @@ def test_a_transpose_inside_a_larger_graph_matches_tensorflow():
 
 
 def test_two_staged_transposes_an_operand_at_its_own_index_and_a_computed_one():
-    """z + x^T * y^T stages both transposes; x + exp(x)^T, whose transpose is of a
-    value computed in the kernel rather than read, is gathered."""
+    """z + x^T * y^T stages both transposes; e + e^T for e = exp(x), whose transpose is
+    of a value computed in the kernel (and read untransposed too, so the transpose is
+    not moved below the exp), is gathered."""
     rng = np.random.default_rng(6)
     x, y = (tf.constant(rng.standard_normal((96, 200)).astype(np.float32)) for _ in range(2))
     z = tf.constant(rng.standard_normal((200, 96)).astype(np.float32))
@@ -105,9 +106,22 @@ def test_two_staged_transposes_an_operand_at_its_own_index_and_a_computed_one():
         return z + tf.transpose(x) * tf.transpose(y)
 
     def computed(x):
-        return x + tf.transpose(tf.exp(x))
+        e = tf.exp(x)
+        return e + tf.transpose(e)
     for fn, args, in_registers in ((staged, (x, y, z), True), (computed, (square,), False)):
         jit = tfjit.function(fn, jit_compile=True)
         assert_matches(jit(*args).numpy(), fn(*args).numpy())
         (note,) = _tiled(jit, *args)
         assert ("in registers" in note) == in_registers, note
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+@pytest.mark.parametrize("shape,axis", [((4, 40, 7, 9), 1), ((3, 37, 50), 1), ((20, 33), 0)])
+def test_softmax_over_a_middle_axis_matches_tensorflow(shape, axis, dtype):
+    """TF transposes the axis last and back: the transpose back reads an expression
+    transposed (a tiled kernel, gathering)."""
+    rng = np.random.default_rng(sum(shape) + axis)
+    x = tf.cast(tf.constant(rng.standard_normal(shape) * 3), dtype)
+    fn = lambda x: tf.nn.softmax(x, axis=axis)   # noqa: E731
+    jit = tfjit.function(fn, jit_compile=True)
+    assert_matches(jit(x).numpy(), fn(x).numpy())
