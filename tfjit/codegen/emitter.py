@@ -283,7 +283,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
         """
         b, f = self.b, self.f
         width = f.shape[-1]
-        line = 64
+        line = tiles.LINE
         for x in sorted(self.reads, key=lambda i: self.plan.slots[i][0]):   # not by name:
             # equal kernels of repeated blocks then get equal text (codegen/body_sharing.py)
             if x.shape != f.shape or width * x.dtype.itemsize < line:

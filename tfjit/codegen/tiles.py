@@ -29,7 +29,7 @@ from llvmlite import ir
 from tfjit.codegen.llvm_types import for_range, i64, storage_type, value_type
 from tfjit.ir.indexing import ZERO, operand_index
 from tfjit.ir.ops import Op
-from tfjit.passes.fusion import is_cheap
+from tfjit.passes.fusion import recomputed
 
 TILE_ROWS = 16        # results of a block along q: 64 bytes of an f32 operand's row
 TILE_COLUMNS = TILE_ROWS   # along the last dim (operand lines a tile holds): square, to
@@ -82,17 +82,8 @@ def _stageable(t, reads) -> bool:
 
 def computed(f) -> list:
     """What ``f`` computes per element: its instructions, and the cheap values it
-    recomputes from their operands (a transpose of a parameter is not one of f's
-    instructions but an index mapping into the parameter: passes/fusion.py is_cheap)."""
-    inside = set(f.instrs)
-    out, stack, seen = list(f.instrs), list(f.instrs), set(f.instrs)
-    while stack:
-        for o in stack.pop().operands:
-            if o not in seen and o not in inside and o.op is not Op.PARAMETER and is_cheap(o):
-                seen.add(o)
-                out.append(o)
-                stack.append(o)
-    return out
+    recomputes from their operands (passes/fusion.py ``recomputed``)."""
+    return list(f.instrs) + recomputed(f)
 
 
 def tile_blocks(f, q: int) -> list:

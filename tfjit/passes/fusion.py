@@ -370,8 +370,19 @@ def reads(f: Fusion) -> set:
         return {library_source(f, o) for o in f.roots[0].operands}
     if f.kind in CONTROL:
         return set(f.instrs[0].operands)
+    return _behind(f)[1]
+
+
+def recomputed(f: Fusion) -> list:
+    """The cheap values f recomputes from its instructions' operands wherever it reads
+    them (a transpose of a parameter: an index mapping, not one of f's instructions)."""
+    return _behind(f)[0]
+
+
+def _behind(f: Fusion) -> tuple:
+    """(cheap values recomputed, values read from memory) below f's instructions."""
     inside = set(f.instrs)
-    out, stack, seen = set(), list(f.instrs), set()
+    cheap, out, stack, seen = [], set(), list(f.instrs), set()
     while stack:
         i = stack.pop()
         for o in i.operands:
@@ -381,8 +392,9 @@ def reads(f: Fusion) -> set:
             if o.op is Op.PARAMETER or not is_cheap(o):
                 out.add(o)
             else:
+                cheap.append(o)
                 stack.append(o)
-    return out
+    return cheap, out
 
 
 def _merge_siblings(b: _Builder) -> list:
