@@ -32,6 +32,13 @@ def _f32(*shape):
     return lambda: _RNG.standard_normal(shape).astype(np.float32)
 
 
+def _softmax_grad(x, g, axis):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.nn.softmax(x, axis=axis)
+    return tape.gradient(y, x, output_gradients=g)
+
+
 def _ints(high, shape):
     return lambda: _RNG.integers(0, high, shape).astype(np.int32)
 
@@ -52,6 +59,12 @@ ROWS = [
      [_f32(8192, 512)]),
     ("statistic", "softmax over axis 1 [32,64,28,28]", lambda x: tf.nn.softmax(x, axis=1),
      [_f32(32, 64, 28, 28)]),
+    ("statistic", "softmax over axis 1 [64,512,64]", lambda x: tf.nn.softmax(x, axis=1),
+     [_f32(64, 512, 64)]),
+    ("statistic", "softmax over axis 0 [4096,1024]", lambda x: tf.nn.softmax(x, axis=0),
+     [_f32(4096, 1024)]),
+    ("statistic", "gradient of softmax over axis 1 [64,512,64]", lambda x, g: _softmax_grad(x, g, 1),
+     [_f32(64, 512, 64), _f32(64, 512, 64)]),
     ("statistic", "mean over axes 0, 2 [64,256,256]", lambda x: tf.reduce_mean(x, [0, 2]),
      [_f32(64, 256, 256)]),
     ("statistic", "moments NHWC [32,56,56,64]", lambda x: tf.nn.moments(x, [0, 1, 2]),

@@ -141,7 +141,8 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
     pipeline.optimize(parse_module(DENSE), pipeline.Options(verify=True),
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
-    assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction", "dce",
+    assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction",
+                                      "cancel-transposes", "dce",
                                       "flatten-reductions", "fusion", "buffer-assignment",
                                       "concurrency"]
 
