@@ -143,7 +143,7 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction",
                                       "cancel-transposes", "dce",
-                                      "flatten-reductions", "fusion", "buffer-assignment",
+                                      "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",
                                       "concurrency"]
 
 

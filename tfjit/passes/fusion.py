@@ -516,11 +516,15 @@ def symbolic_reads(f: Fusion) -> dict:
 
 
 def _contiguous_along_output(f: Fusion) -> bool:
-    """Is every input of this reduction read contiguously along the last output dim?"""
+    """Is every input of this reduction read contiguously along the last output dim, or
+    at an index that does not move with it (a per-row statistic broadcast over the
+    outputs: layernorm's rsqrt in its scale's gradient), not all of them the latter?"""
     last = f"d{f.outer - 1}"
-    reads_ = symbolic_reads(f)
-    return bool(reads_) and all(idx != "opaque" and (len(idx) == 0 or idx[-1] == last)
-                                for idxs in reads_.values() for idx in idxs)
+    idxs = [idx for idxs in symbolic_reads(f).values() for idx in idxs]
+    invariant = [idx != "opaque" and len(idx) > 0 and last not in idx for idx in idxs]
+    return bool(idxs) and not all(invariant) and all(
+        idx != "opaque" and (len(idx) == 0 or idx[-1] == last) or still
+        for idx, still in zip(idxs, invariant))
 
 
 REDUCTIONS = (Op.REDUCE, Op.ARGREDUCE)    # the roots of column and split kernels
