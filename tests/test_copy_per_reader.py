@@ -199,3 +199,14 @@ def test_copies_of_copies_have_names_of_their_own():
     args = [rng.standard_normal(p.shape).astype(np.float32) for p in before.params]
     for got, want in zip(interp.evaluate(again, args), interp.evaluate(before, args)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_long_chain_is_left_alone_without_walking_all_of_it():
+    """add_n of thousands of terms is a chain of adds over one parameter: longer than
+    MAX_CHAIN, so not copied, and the walk stops there (no recursion 3000 deep)."""
+    lines = ["module m {", "  %p0 = f32[4,3] parameter(0)", "  %add.0 = f32[4,3] add(%p0, %p0)"]
+    lines += [f"  %add.{k} = f32[4,3] add(%add.{k - 1}, %p0)" for k in range(1, 3000)]
+    lines += ["  %reduce.a = f32[4] reduce(%add.2999), kind=sum, ndims=1",
+              "  %reduce.b = f32[4] reduce(%add.2999), kind=maxnum, ndims=1",
+              "  ROOT (%reduce.a, %reduce.b)", "}", ""]
+    assert not CopyPerReader().run(parse_module("\n".join(lines)))

@@ -96,14 +96,14 @@ def _chain(v: Instr, users: dict) -> list | None:
         return None              # recomputed wherever read already
     chain, full = [], set()
 
-    def visit(i: Instr) -> bool:
+    def visit(i: Instr, depth: int = 0) -> bool:
         if i in chain or (i is not v and (i.op is Op.CONSTANT or is_cheap(i))):
             return True          # already taken, or recomputed wherever read
         if i.op is Op.BROADCAST:
             if i.operands[0].size >= i.size:
                 full.add(i.operands[0])
-        elif i.op in CHEAP:
-            if not all(visit(o) for o in i.operands):
+        elif i.op in CHEAP:      # (no deeper than MAX_CHAIN: add_n of 2000 is a chain)
+            if depth >= MAX_CHAIN or not all(visit(o, depth + 1) for o in i.operands):
                 return False
         elif i is v:
             return False
