@@ -92,7 +92,7 @@ def test_two_pass_column_statistic_runs_both_passes_column_wise(shape):
     ((8192, 2048), (0,), 2048)])
 def test_a_statistic_over_axis_0_reads_whole_rows(shape, axes, block):
     """Outputs that are one row of the input take a kernel row each (each reduced row
-    read as one contiguous run), up to fusion.COLUMN_WHOLE_ROW outputs."""
+    read as one contiguous run), up to iteration.COLUMN_WHOLE_ROW outputs."""
     x = tf.constant(np.random.default_rng(5).standard_normal(shape).astype(np.float32))
     f = tfjit.function(lambda x: tf.reduce_sum(x, list(axes)))
     got = f(x)

@@ -41,6 +41,7 @@ from tfjit.passes import buffers, concurrency, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor
 from tfjit.passes.copies import CopyPerReader
+from tfjit.passes.reductions import TwoStageReductions
 from tfjit.passes.transposes import CancelTransposes
 from tfjit.runtime import cuda, launch, launch_gpu, warmup
 
@@ -195,8 +196,8 @@ class _OnModule:
         verify.module(o.module, self.name)
 
 
-PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), DCE(), FlattenReductions(),
-          CopyPerReader()]   # the module-to-module passes, in order
+PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), TwoStageReductions(), DCE(),
+          FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 
 

@@ -12,6 +12,7 @@ from tfjit.ir import verify
 from tfjit.ir.ops import Op
 from tfjit.ir.parse import parse_module
 from tfjit.passes import buffers, fusion
+from tfjit.passes.kernels import FLAT_BLOCK
 from tfjit.passes.simplify import CSE, DCE
 
 DENSE = """module dense {
@@ -142,7 +143,7 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction",
-                                      "cancel-transposes", "dce",
+                                      "cancel-transposes", "two-stage-reductions", "dce",
                                       "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",
                                       "concurrency"]
 
@@ -242,7 +243,7 @@ def test_a_special_function_weighs_a_kernels_cost_per_row(op, cycles):
     target = Target("test", "x86_64-unknown-linux-gnu", "", runtime_calls=True)
     _, steps = llvm_cpu.emit_module("special", o.fusions, o.plan, [], target)
     ((_, rows, per_row),) = steps
-    assert rows == 65536 // fusion.FLAT_BLOCK and per_row == fusion.FLAT_BLOCK * (cycles + 1)
+    assert rows == 65536 // FLAT_BLOCK and per_row == FLAT_BLOCK * (cycles + 1)
 
 
 SILU_GLU = """module silu_glu {

@@ -36,7 +36,7 @@ from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import (I32, I64, const, for_range, i64, intrinsic, no_unroll,
                                       value_type)
 from tfjit.ir.module import Instr
-from tfjit.passes.fusion import FLAT_BLOCK
+from tfjit.passes.kernels import FLAT_BLOCK
 
 ARG_BLOCK = 256     # elements whose extreme is found before it is compared with the best
 

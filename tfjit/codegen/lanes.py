@@ -44,7 +44,7 @@ from llvmlite import ir
 
 from tfjit.codegen.llvm_types import F32, I64, for_range, i64
 from tfjit.ir.ops import Op
-from tfjit.passes.fusion import FLAT_BLOCK
+from tfjit.passes.kernels import FLAT_BLOCK
 from tfjit.runtime import abi
 
 WARP = 32

@@ -19,7 +19,7 @@ from tfjit.codegen import lanes
 from tfjit.codegen.llvm_types import I8, const, for_range, i64, intrinsic, no_unroll, no_vectorize, value_type
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import EXPENSIVE, Op
-from tfjit.passes.fusion import FLAT_BLOCK
+from tfjit.passes.kernels import FLAT_BLOCK
 
 SHORT_ROW = 8          # rows this short are vectorised across rows (across_rows); longer
 LOOP_ROW_MAX = 256     # float-sum rows, up to this long, keep their loop (_vectorise_whole)
@@ -277,7 +277,7 @@ class ReductionRows:
         out_idx = self._unravel(b.sdiv(row, i64(f.split)), root.shape)
         chunk = b.srem(row, i64(f.split))
         reduced = f.shape[f.outer:]
-        if len(reduced) > 1:        # a range of the first reduced dim (fusion._choose_iteration)
+        if len(reduced) > 1:        # a range of the first reduced dim (iteration.choose_iteration)
             per = -(-reduced[0] // f.split)
             lo = b.mul(chunk, i64(per))
             hi = b.add(lo, i64(per))

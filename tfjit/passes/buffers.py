@@ -47,6 +47,7 @@ import numpy as np
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.passes import fusion as fusion_mod
+from tfjit.passes import iteration
 from tfjit.passes.own_rows import topk_merges
 from tfjit.runtime import abi
 
@@ -415,7 +416,7 @@ def _carried_in_place(k: int, body: Module, fusions: list) -> str | None:
         return f"{w.name} reads it besides updating it"
     if w.kind == "loop" and len(w.roots) == 1 and p.shape == out.shape:
         idx = tuple(f"d{d}" for d in range(out.rank))
-        if fusion_mod.symbolic_reads(w).get(p) == {idx}:
+        if iteration.symbolic_reads(w).get(p) == {idx}:
             return None
     return f"{w.name} reads it at other indices than it writes"
 

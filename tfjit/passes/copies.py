@@ -32,7 +32,7 @@ import itertools
 
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
-from tfjit.passes.fusion import is_cheap
+from tfjit.passes.kernels import is_cheap
 
 CHEAP = {Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SELECT, Op.CONVERT,
          Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.NOT}

@@ -47,110 +47,25 @@ materialised: every kernel that needs them recomputes them from the source.
 """
 from __future__ import annotations
 
-import dataclasses
-import enum
 import math
 
 from tfjit.ir.indexing import operand_index
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
+from tfjit.passes.iteration import (SPLIT_MAX_OUTPUTS, SPLIT_MIN_ELEMENTS, choose_iteration,
+                                    column_candidate)
 from tfjit.passes.kernel_graph import KernelGraph, reads_any
-from tfjit.passes.own_rows import COLUMN_BLOCK, own_kernel_rows, topk_merges
+# the kernel data model (passes/kernels.py), which later stages also read as fusion.X
+from tfjit.passes.kernels import CONTROL, OWN_KERNEL, Fusion, KernelKind, in_memory, is_cheap, row_names
 
-SPLIT_MIN_ELEMENTS = 1 << 15    # reductions this large with few outputs split into chunks
-SPLIT_MAX_OUTPUTS = 8
-FLAT_BLOCK = 4096               # elements per row of a flattened elementwise kernel
-COLUMN_WHOLE_ROW = 4096         # ... or all of them, when a reduced row is at most this wide
-COLUMN_SPLIT_ROWS = 8           # column reductions with fewer rows split their first reduced dim
-COLUMN_SPLIT_CHUNKS = 16        # ... into at most this many chunks,
-COLUMN_CHUNK_MIN = 1 << 14      # ... each reading at least this many elements
-COLUMN_ROWS = 4                 # reduced rows per pass over the outputs (1 kept [8192, 2048] at 38%)
 MAX_OPERANDS_AND_OUTPUTS = 64   # buffers a merge of sibling kernels may read and write (as XLA)
 
 
-class KernelKind(str, enum.Enum):
-    """What a kernel is (the list above).  Codegen dispatches on it through one table,
-    ``codegen/llvm_cpu.py``'s EMITTERS; a str enum, so a kind prints, and compares
-    equal to, its name ("loop")."""
-    LOOP = "loop"
-    REDUCE = "reduce"
-    LIBRARY = "library"
-    UPDATE = "update"
-    WHILE = "while"
-    CONDITIONAL = "conditional"
-    SCATTER = "scatter"
-    SCAN = "scan"
-    SORT = "sort"
-
-    def __str__(self) -> str:
-        return self.value
-
-    __format__ = str.__format__
-
-
-@dataclasses.dataclass(eq=False)
-class Fusion:
-    name: str
-    kind: KernelKind
-    roots: list
-    instrs: list                    # computed inside, roots included (module order)
-    shape: tuple                    # iteration space
-    outer: int                      # leading dims run by the parallel row loop
-    hoisted: list = dataclasses.field(default_factory=list)
-    notes: list = dataclasses.field(default_factory=list)
-    flat: bool = False              # loop kernel over the flattened shape (pure elementwise)
-    split: int = 1                  # reduce kernel: chunks per output element (2 phases when > 1)
-    column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
-    column_block: int = COLUMN_BLOCK   # column kernel: outputs per row
-    column_rows: int = 1               # ... and reduced rows per pass over them
-    aliases: dict = dataclasses.field(default_factory=dict)   # library: reshape -> its operand
-    called: list = dataclasses.field(default_factory=list)    # while/conditional: [[Fusion]] per computation
-
-    @property
-    def rows(self) -> int:
-        if self.kind in SINGLE_ROW:
-            return 1
-        if self.kind in OWN_KERNEL.values():
-            return own_kernel_rows(self)
-        if self.flat:
-            return math.ceil(math.prod(self.shape) / FLAT_BLOCK)
-        if self.column:
-            out = self.shape[:self.outer]
-            return math.prod(out[:-1]) * math.ceil(out[-1] / self.column_block) * self.split
-        return math.prod(self.shape[:self.outer]) * self.split
-
-    def __repr__(self) -> str:
-        return f"Fusion({self.name}, {self.kind}, roots={self.roots})"
-
-
-CONTROL = (KernelKind.WHILE, KernelKind.CONDITIONAL)
-SINGLE_ROW = (KernelKind.LIBRARY, KernelKind.UPDATE) + CONTROL    # run as one row (one call)
-
-
-def in_memory(i: Instr) -> bool:
-    """Values that are buffers without a kernel of their own: parameters and the
-    elements of while/conditional results."""
-    return i.op in (Op.PARAMETER, Op.GET_TUPLE_ELEMENT)
-# Instruction kinds that root a kernel of their own (with their operands fused in).
-OWN_KERNEL = {Kind.SCATTER: KernelKind.SCATTER, Kind.SCAN: KernelKind.SCAN, Kind.SORT: KernelKind.SORT}
 _OWN_KERNEL_WHY = {
     Kind.SCATTER: "a scatter adds rows into its result in input order",
     Kind.SCAN: "a scan carries a running value along its dim",
     Kind.SORT: "a top-k selects along its last dim",
 }
-
-
-def is_cheap(i: Instr) -> bool:
-    """Recomputed wherever used rather than written to memory."""
-    if i.op in (Op.CONSTANT, Op.IOTA):
-        return True
-    if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT, Op.DYNAMIC_SLICE):
-        return all(in_memory(o) or is_cheap(o) for o in i.operands)
-    return False
-
-
-def _row_names(n: int) -> tuple:
-    return tuple(f"d{k}" for k in range(n))
 
 
 class _Builder:
@@ -178,7 +93,7 @@ class _Builder:
         f.notes.append(f"{root!r} starts a {kind} kernel: {why}")
         self.fusions.append(f)
         self.owner[root] = f
-        idx = _row_names(root.rank)
+        idx = row_names(root.rank)
         self.sym[root] = {idx}
         self._propagate(root, f)
         return f
@@ -222,7 +137,7 @@ class _Builder:
         loop's index only and does not depend on the other owners (a cycle)."""
         if i.op.kind is not Kind.ELEMENTWISE:
             return None
-        identity = _row_names(i.rank)
+        identity = row_names(i.rank)
         for f in sorted(owners, key=lambda f: self.order[f.roots[0]]):
             if f.kind != "loop" or f.shape != i.shape or f.hoisted:
                 continue
@@ -237,12 +152,12 @@ class _Builder:
     def add_root(self, i: Instr, f: Fusion, why: str) -> None:
         f.roots.append(i)
         f.notes.append(f"{i!r} is also a root of {f.name}: {why}")
-        self.sym[i] = {_row_names(i.rank)}
+        self.sym[i] = {row_names(i.rank)}
         self.join(i, f)
 
     def hoistable(self, i: Instr, f: Fusion) -> str | None:
         """None when reduction i can be computed once per row of f, else why not."""
-        wanted = _row_names(i.rank)
+        wanted = row_names(i.rank)
         if i.rank > f.outer:
             return f"{i!r} has more dims ({i.rank}) than {f.name}'s rows ({f.outer})"
         if self.sym.get(i) != {wanted}:
@@ -261,7 +176,7 @@ class _Builder:
             # its 4M elements ran on one core; alone it splits into chunks (3x faster)
             return (f"{i!r} gets a kernel of its own: hoisted into {f.name}'s {rows} row(s), "
                     f"its {elements} elements would be read by one thread")
-        if _column_candidate(f):
+        if column_candidate(f):
             # A column statistic behind a column reduction (the variance over axis 0:
             # mean, then mean of squares about it): hoisted, each output would walk its
             # column with a stride of a row, both passes; apart, both kernels run the
@@ -346,7 +261,7 @@ def fuse(m: Module, loop_body: bool = False) -> list:
         f.hoisted.sort(key=b.order.get)
     fusions = _merge_siblings(b)
     for f in fusions:
-        _choose_iteration(f)
+        choose_iteration(f)
     late = set()
     if loop_body:
         for f in fusions:
@@ -461,136 +376,6 @@ def _merge_siblings(b: _Builder) -> list:
     for f in fusions:
         f.instrs.sort(key=b.order.get)
     return fusions
-
-
-def _flat_ok(f: Fusion) -> bool:
-    """True when every value f evaluates per element is read at the root's own index.
-
-    The walk follows elementwise edges from the roots; what lies behind a broadcast
-    of a scalar is read at () whatever the flat index (an RNG key, a seed's Philox
-    block), and a rank-1 iota is the flat index itself.  Hoisted reductions need the
-    row loop."""
-    if f.hoisted:
-        return False
-    inside, stack, seen = set(f.instrs), list(f.roots), set()
-    while stack:
-        i = stack.pop()
-        if i in seen:
-            continue
-        seen.add(i)
-        if i.op in (Op.PARAMETER, Op.CONSTANT) or (i not in inside and not is_cheap(i)):
-            continue
-        if (i.op is Op.BROADCAST and i.operands[0].rank == 0) or (i.op is Op.IOTA and i.rank == 1):
-            continue
-        if i.op.kind is not Kind.ELEMENTWISE:
-            return False
-        stack.extend(i.operands)
-    return True
-
-
-def symbolic_reads(f: Fusion) -> dict:
-    """{buffer instr: set of symbolic indices} for a single-root kernel.
-
-    Indices are tuples of ``d<k>`` (output dims), ``r<k>`` (reduced dims) and
-    0, or "opaque" where a mapping needs arithmetic.
-    """
-    root = f.roots[0]
-    if root.op.kind is Kind.REDUCE:
-        x = root.operands[0]
-        start = (x, _row_names(f.outer) + tuple(f"r{k}" for k in range(x.rank - f.outer)))
-    else:
-        start = (root, _row_names(root.rank))
-    inside, out, seen, stack = set(f.instrs), {}, set(), [start]
-    while stack:
-        i, idx = stack.pop()
-        if (i, idx) in seen:
-            continue
-        seen.add((i, idx))
-        if i.op is Op.PARAMETER or (i not in inside and not is_cheap(i)):
-            out.setdefault(i, set()).add(idx)
-            continue
-        for k, o in enumerate(i.operands):
-            mapped = operand_index(i, k, idx) if idx != "opaque" and i.op.kind is not Kind.REDUCE else None
-            stack.append((o, mapped if mapped is not None else "opaque"))
-    return out
-
-
-def _contiguous_along_output(f: Fusion) -> bool:
-    """Is every input of this reduction read contiguously along the last output dim, or
-    at an index that does not move with it (a per-row statistic broadcast over the
-    outputs: layernorm's rsqrt in its scale's gradient), not all of them the latter?"""
-    last = f"d{f.outer - 1}"
-    idxs = [idx for idxs in symbolic_reads(f).values() for idx in idxs]
-    invariant = [idx != "opaque" and len(idx) > 0 and last not in idx for idx in idxs]
-    return bool(idxs) and not all(invariant) and all(
-        idx != "opaque" and (len(idx) == 0 or idx[-1] == last) or still
-        for idx, still in zip(idxs, invariant))
-
-
-REDUCTIONS = (Op.REDUCE, Op.ARGREDUCE)    # the roots of column and split kernels
-
-
-def _column_candidate(f: Fusion) -> bool:
-    """Can this reduction kernel iterate with the last output dim innermost (before any
-    reduction is hoisted into it)?"""
-    root = f.roots[0]
-    return f.kind == KernelKind.REDUCE and root.op in REDUCTIONS and bool(f.outer) \
-        and root.shape[-1] >= 16 and _contiguous_along_output(f)
-
-
-def _choose_iteration(f: Fusion) -> None:
-    if f.kind == "sort":
-        root = f.roots[0]
-        how = "a merge sort of each vector" if topk_merges(root) else f"a heap of the best {root.attrs['k']}"
-        f.notes.append(f"{f.name} selects by {how}, in {f.rows} chunks of vectors")
-    if f.kind not in ("loop", "reduce"):
-        return
-    if f.kind == "loop":
-        if f.shape and math.prod(f.shape) > 0 and _flat_ok(f):
-            f.flat = True
-            f.notes.append(f"{f.name} is purely elementwise: iterated as one flat array")
-        return
-    root = f.roots[0]
-    if not f.hoisted and _column_candidate(f):
-        f.column = True
-        out = root.shape
-        if math.prod(out[:-1]) == 1 and out[-1] <= COLUMN_WHOLE_ROW:
-            # The outputs are one row of the input (a statistic over axis 0): a row of the
-            # kernel takes all of them, so each reduced row is read as one contiguous run,
-            # and the cores split the reduced rows instead.  Blocks of 512 of a 2048-wide
-            # row read 2 KB runs 8 KB apart: 8.9 ms for [8192, 2048], 4.3 ms whole.
-            f.column_block = out[-1]
-        f.column_rows = COLUMN_ROWS
-        f.notes.append(f"{f.name} reduces across rows of contiguous memory: iterated with the "
-                       f"last output dim innermost (vectorised over {min(f.column_block, out[-1])} "
-                       f"outputs at a time, {f.column_rows} reduced rows per pass)")
-        _split_columns(f)
-        return
-    if root.op in REDUCTIONS and root.size <= SPLIT_MAX_OUTPUTS and not f.hoisted:
-        reduced = f.shape[f.outer:]
-        total = math.prod(reduced)
-        if total >= SPLIT_MIN_ELEMENTS:
-            # chunks of at least FLAT_BLOCK elements; with several reduced dims, each
-            # chunk is a range of the first (65536 x 64 made 65536 chunks of 64)
-            chunks = math.ceil(total / FLAT_BLOCK)
-            f.split = min(reduced[0], chunks) if len(reduced) > 1 else chunks
-            f.notes.append(f"{f.name} reduces {total} elements to {root.size}: split into "
-                           f"{f.split} chunks per output, combined in a second phase")
-
-
-def _split_columns(f: Fusion) -> None:
-    """A column reduction with too few rows to keep every core busy (batch-norm
-    statistics: 32 channels over N*H*W) splits its first reduced dim into chunks:
-    each row sums its chunk, a second phase adds the chunks."""
-    rows = f.rows
-    if rows >= COLUMN_SPLIT_ROWS:
-        return
-    first, total = f.shape[f.outer], math.prod(f.shape)
-    chunks = min(first, COLUMN_SPLIT_CHUNKS, total // COLUMN_CHUNK_MIN)
-    if chunks >= 2:
-        f.split = chunks
-        f.notes.append(f"{f.name} has {rows} row(s) for {total} elements: its first reduced dim "
-                       f"is split into {chunks} chunks, combined in a second phase")
 
 
 def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:
