@@ -15,11 +15,9 @@ import pytest
 import tensorflow as tf
 
 import tfjit
+from ir_passes import run_pass, same_values
 from oracle import assert_matches
-from tfjit.ir import interp, verify
 from tfjit.ir.ops import Op
-from tfjit.ir.parse import parse_module
-from tfjit.passes.simplify import DCE
 from tfjit.passes.transposes import CancelTransposes
 
 MIDDLE_SOFTMAX = """module m {
@@ -40,19 +38,7 @@ MIDDLE_SOFTMAX = """module m {
 
 def _run_pass(text: str):
     """(module before, module after CancelTransposes and DCE, whether it changed)."""
-    before, after = parse_module(text), parse_module(text)
-    changed = CancelTransposes().run(after)
-    verify.module(after, "cancel-transposes")
-    DCE().run(after)
-    verify.module(after, "dce")
-    return before, after, changed
-
-
-def _same_values(before, after, seed=0) -> None:
-    rng = np.random.default_rng(seed)
-    args = [rng.standard_normal(p.shape).astype(p.dtype.numpy()) for p in before.params]
-    for got, want in zip(interp.evaluate(after, args), interp.evaluate(before, args)):
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    return run_pass(CancelTransposes(), text)
 
 
 def _transposes(m) -> list:
@@ -62,7 +48,7 @@ def _transposes(m) -> list:
 def test_a_middle_axis_softmax_is_computed_in_the_operands_layout():
     before, after, changed = _run_pass(MIDDLE_SOFTMAX)
     assert changed
-    _same_values(before, after)
+    same_values(before, after)
     # the reductions read their operands transposed (column reductions); nothing
     # else is transposed, and the output is the division itself
     ts = _transposes(after)
@@ -82,7 +68,7 @@ def test_a_composed_transpose_and_a_transposed_constant():
 """.replace("%s", ", ".join(f"{v}.0" for v in range(24)))
     before, after, changed = _run_pass(text)
     assert changed
-    _same_values(before, after)
+    same_values(before, after)
     (t,) = _transposes(after)                    # one transpose, of the product
     assert t.operands[0].op is Op.MUL and t.attrs["perm"] == (0, 2, 1)
 
@@ -111,7 +97,7 @@ def test_a_gradients_region_takes_a_like_transposed_operand_and_a_value_outside_
     needs s's dims reordered (dims {0,1,2} become {0,2,1})."""
     before, after, changed = _run_pass(SOFTMAX_GRADIENT)
     assert changed
-    _same_values(before, after)
+    same_values(before, after)
     assert after.outputs[0].op is Op.MUL and after.outputs[0].shape == (2, 6, 4)
     small = [t for t in _transposes(after) if t.shape == (2, 1, 4)]    # s reordered
     assert len(small) == 1 and after.users()[small[0]][0].op is Op.BROADCAST

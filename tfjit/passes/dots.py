@@ -39,20 +39,7 @@ class FoldBatchIntoContraction:
 
     def _run(self, m: Module) -> bool:
         users, outputs = m.users(), set(m.outputs)
-        replace, out = {}, []
-        for i in m.instrs:
-            i.operands = tuple(replace.get(o, o) for o in i.operands)
-            folded = _folded(i, users, outputs)
-            if folded is not None:
-                out.extend(folded)
-                replace[i] = folded[-1]
-            else:
-                out.append(i)
-        if not replace:
-            return False
-        m.instrs = out
-        m.outputs = [replace.get(o, o) for o in m.outputs]
-        return True
+        return m.substitute(lambda i: _folded(i, users, outputs))
 
 
 def _source(x: Instr) -> Instr:

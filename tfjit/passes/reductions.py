@@ -35,20 +35,7 @@ class TwoStageReductions:
         return any([self._run(c) for c in m.computations() + [m]])
 
     def _run(self, c: Module) -> bool:
-        out, replace = [], {}
-        for i in c.instrs:
-            i.operands = tuple(replace.get(o, o) for o in i.operands)
-            made = _split(i)
-            if made:
-                out.extend(made)
-                replace[i] = made[-1]
-            else:
-                out.append(i)
-        if not replace:
-            return False
-        c.instrs = out
-        c.outputs = [replace.get(o, o) for o in c.outputs]
-        return True
+        return c.substitute(_split)
 
 
 def _groups(x: Instr, y: Instr) -> list | None:
