@@ -35,6 +35,8 @@ class TwoStageReductions:
         return any([self._run(c) for c in m.computations() + [m]])
 
     def _run(self, c: Module) -> bool:
+        if not any(i.op is Op.REDUCE and i.operands[0].op is Op.TRANSPOSE for i in c.instrs):
+            return False
         return c.substitute(_split)
 
 

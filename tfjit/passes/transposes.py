@@ -63,6 +63,8 @@ class CancelTransposes:
         rewrite can leave a statistic's reordering and its inverse, taken in the next
         round, around the statistic's own elementwise work (1 / sum)."""
         changed = False
+        if not any(i.op is Op.TRANSPOSE for i in c.instrs):
+            return False
         for _ in range(self.ROUNDS):
             index, again = _Index(c), False
             for t in [i for i in c.instrs if i.op is Op.TRANSPOSE]:
