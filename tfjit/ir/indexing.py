@@ -74,3 +74,18 @@ def reshape_groups(src: tuple, dst: tuple) -> list:
                 break
         groups.append((gs, gd))
     return groups
+
+
+def split_owners(src: tuple, dst: tuple) -> list | None:
+    """For a reshape src -> dst that only splits dims: per dst dim, the src dim it
+    comes from (None for a unit dim); None for any other reshape (one that merges
+    dims, or has a dim of 0)."""
+    if 0 in src or 0 in dst:
+        return None
+    owner = [None] * len(dst)
+    for gs, gd in reshape_groups(src, dst):
+        if len(gs) != 1:
+            return None
+        for d in gd:
+            owner[d] = gs[0]
+    return owner

@@ -152,25 +152,6 @@ class Module:
                     users[o].append(i)
         return users
 
-    def substitute(self, rewrite) -> bool:
-        """Replaces each instruction i for which ``rewrite(i)`` returns a list of new
-        instructions (operands first) by the last of them, in place and in order; later
-        operands and the outputs follow.  Whether anything was replaced."""
-        out, replace = [], {}
-        for i in self.instrs:
-            i.operands = tuple(replace.get(o, o) for o in i.operands)
-            made = rewrite(i)
-            if made:
-                out.extend(made)
-                replace[i] = made[-1]
-            else:
-                out.append(i)
-        if not replace:
-            return False
-        self.instrs = out
-        self.outputs = [replace.get(o, o) for o in self.outputs]
-        return True
-
     def renumber(self) -> None:
         """Drops unreachable instructions and renames the rest densely."""
         live, stack = set(), list(self.outputs) + list(self.params)

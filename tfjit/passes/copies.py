@@ -17,9 +17,9 @@ to load, that is the wrong trade:
 chain, down to its leaves); each copy then fuses into its reader's kernel, and the
 leaves are what the kernels read.  What is copied: a value read by two or more
 instructions, none of which needs it as a dense buffer (library calls, control
-flow, dynamic-update-slice, and data movement they read in place), not an output, whose chain is at most ``MAX_CHAIN``
-cheap elementwise instructions (``CHEAP``: no transcendental, no division) and
-non-cheap broadcasts (a broadcast of a parameter or constant is recomputed
+flow, dynamic-update-slice, and data movement they read in place), not an output,
+whose chain is at most ``MAX_CHAIN`` cheap elementwise instructions (``CHEAP``: no
+transcendental, no division) and non-cheap broadcasts (a broadcast of a parameter or constant is recomputed
 wherever read already) whose inner instructions nothing else reads, and reads at
 most one full-size value: with two, n copies would read 2n buffers where the
 value costs n + 3 passes.  Where the readers end up in one kernel anyway, the

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
+from tfjit.passes.simplify import substitute
 
 
 class FoldBatchIntoContraction:
@@ -39,7 +40,7 @@ class FoldBatchIntoContraction:
 
     def _run(self, m: Module) -> bool:
         users, outputs = m.users(), set(m.outputs)
-        return m.substitute(lambda i: _folded(i, users, outputs))
+        return substitute(m, lambda i: _folded(i, users, outputs))
 
 
 def _source(x: Instr) -> Instr:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
+from tfjit.ir.indexing import ZERO, operand_index, split_owners
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Kind, Op
 from tfjit.passes.kernels import FLAT_BLOCK, Fusion, KernelKind, is_cheap, row_names
@@ -82,22 +82,18 @@ def _split_index(x: Instr, y: Instr, idx: tuple) -> tuple | None:
     splits x's dims: a split dim's index is the tuple of its parts' names (row-major,
     the last innermost), as group normalisation's [B, H, W, G, C/G] view of its
     operand reads channel G * (C/G) + c.  None for any other reshape."""
-    if 0 in x.shape or 0 in y.shape:
+    owners = split_owners(x.shape, y.shape)
+    if owners is None or not all(isinstance(n, str) for n, k in zip(idx, owners) if k is not None):
         return None
-    out = [ZERO] * x.rank
-    for xs, ys in reshape_groups(x.shape, y.shape):
-        if len(xs) != 1 or not all(isinstance(idx[d], str) for d in ys):
-            return None
-        out[xs[0]] = idx[ys[0]] if len(ys) == 1 else tuple(idx[d] for d in ys)
-    return tuple(out)
+    parts = [tuple(n for n, k in zip(idx, owners) if k == d) for d in range(x.rank)]
+    return tuple(ZERO if not p else p[0] if len(p) == 1 else p for p in parts)
 
 
-def _contiguous_along_output(f: Fusion) -> bool:
+def _contiguous_along_output(f: Fusion, idxs: list) -> bool:
     """Is every input of this reduction read contiguously along the last output dim, or
     at an index that does not move with it (a per-row statistic broadcast over the
     outputs: layernorm's rsqrt in its scale's gradient), not all of them the latter?"""
     last = f"d{f.outer - 1}"
-    idxs = [idx for idxs in symbolic_reads(f).values() for idx in idxs]
     invariant = [idx != "opaque" and len(idx) > 0 and not any(
         c == last or isinstance(c, tuple) and last in c for c in idx) for idx in idxs]
     return bool(idxs) and not all(invariant) and all(
@@ -110,7 +106,7 @@ def _innermost(c):
     return c[-1] if isinstance(c, tuple) else c
 
 
-def _contiguous_outputs(f: Fusion) -> int:
+def _contiguous_outputs(f: Fusion, idxs: list) -> int:
     """How many outputs a column row finds next to each other in every read that moves
     with them: the trailing output dims whose names end the read's index in order
     (split dims' parts included), the last output dim at least.  Group normalisation's
@@ -118,16 +114,15 @@ def _contiguous_outputs(f: Fusion) -> int:
     C/G."""
     out, names = f.roots[0].shape, row_names(f.outer)
     runs = []
-    for idxs in symbolic_reads(f).values():
-        for idx in idxs:
-            if idx == "opaque" or not idx:
-                continue
-            flat = [n for c in idx for n in (c if isinstance(c, tuple) else (c,))]
-            m = 0
-            while m < min(len(names), len(flat)) and flat[-1 - m] == names[-1 - m]:
-                m += 1
-            if m:               # (none: the read does not move with the outputs)
-                runs.append(math.prod(out[len(out) - m:]))
+    for idx in idxs:
+        if idx == "opaque" or not idx:
+            continue
+        flat = [n for c in idx for n in (c if isinstance(c, tuple) else (c,))]
+        m = 0
+        while m < min(len(names), len(flat)) and flat[-1 - m] == names[-1 - m]:
+            m += 1
+        if m:                   # (none: the read does not move with the outputs)
+            runs.append(math.prod(out[len(out) - m:]))
     return min(runs) if runs else out[-1]
 
 
@@ -138,8 +133,10 @@ def column_candidate(f: Fusion) -> bool:
     """Can this reduction kernel iterate with the last output dim innermost (before any
     reduction is hoisted into it)?"""
     root = f.roots[0]
-    return f.kind == KernelKind.REDUCE and root.op in REDUCTIONS and bool(f.outer) \
-        and _contiguous_along_output(f) and _contiguous_outputs(f) >= 16
+    if f.kind != KernelKind.REDUCE or root.op not in REDUCTIONS or not f.outer:
+        return False
+    idxs = [idx for idxs in symbolic_reads(f).values() for idx in idxs]     # walked once
+    return _contiguous_along_output(f, idxs) and _contiguous_outputs(f, idxs) >= 16
 
 
 def choose_iteration(f: Fusion) -> None:

@@ -19,9 +19,10 @@ sum does); max, min, and and or are exact.
 """
 from __future__ import annotations
 
-from tfjit.ir.indexing import reshape_groups
+from tfjit.ir.indexing import split_owners
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
+from tfjit.passes.simplify import substitute
 
 KINDS = ("sum", "prod", "max", "min", "maxnum", "and", "or")
 
@@ -37,21 +38,7 @@ class TwoStageReductions:
     def _run(self, c: Module) -> bool:
         if not any(i.op is Op.REDUCE and i.operands[0].op is Op.TRANSPOSE for i in c.instrs):
             return False
-        return c.substitute(_split)
-
-
-def _groups(x: Instr, y: Instr) -> list | None:
-    """For a reshape y of x that only splits dims: per y dim, the x dim it comes from
-    (None for a unit dim); None for any other reshape."""
-    if 0 in x.shape or 0 in y.shape:
-        return None
-    owner = [None] * y.rank
-    for xs, ys in reshape_groups(x.shape, y.shape):
-        if len(xs) != 1:
-            return None         # dims merged
-        for d in ys:
-            owner[d] = xs[0]
-    return owner
+        return substitute(c, _split)
 
 
 def _split(r: Instr) -> list | None:
@@ -77,7 +64,7 @@ def _split(r: Instr) -> list | None:
         made.append(i)
         return i
     rest = tuple(d for d in range(y.rank) if d not in first)   # kept and stage 2, y order
-    x, groups = (y.operands[0], _groups(y.operands[0], y)) if y.op is Op.RESHAPE else (y, None)
+    x, groups = (y.operands[0], split_owners(y.operands[0].shape, y.shape)) if y.op is Op.RESHAPE else (y, None)
     whole = groups is not None and any(groups[d] is not None for d in first) and all(
         groups[d] is None or all(groups[d] != groups[e] for e in rest) for d in first)
     if whole:       # stage 1 on x: its reduced dims are whole x dims

@@ -18,6 +18,26 @@ from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
 
 
+def substitute(m: Module, rewrite) -> bool:
+    """Replaces each instruction i of ``m`` for which ``rewrite(i)`` returns a list of new
+    instructions (operands first) by the last of them, in place and in order; later
+    operands and the outputs follow.  Whether anything was replaced."""
+    out, replace = [], {}
+    for i in m.instrs:
+        i.operands = tuple(replace.get(o, o) for o in i.operands)
+        made = rewrite(i)
+        if made:
+            out.extend(made)
+            replace[i] = made[-1]
+        else:
+            out.append(i)
+    if not replace:
+        return False
+    m.instrs = out
+    m.outputs = [replace.get(o, o) for o in m.outputs]
+    return True
+
+
 class CSE:
     """Replaces an instruction by an identical earlier one (same op, operands, attrs)."""
     name = "cse"
