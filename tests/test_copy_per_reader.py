@@ -118,6 +118,31 @@ def test_a_chain_is_left_alone(why, old, new):
     assert not CopyPerReader().run(parse_module(RELU_OF_BIAS_READ_THRICE.replace(old, new))), why
 
 
+TRANSPOSED_READ_THRICE = """module m {
+  %p0 = f32[256,64] parameter(0)
+  %constant.0 = f32[] constant(2.0)
+  %broadcast.1 = f32[256,64] broadcast(%constant.0), dims={}
+  %multiply.2 = f32[256,64] multiply(%p0, %broadcast.1)
+  %transpose.3 = f32[64,256] transpose(%multiply.2), perm={1,0}
+  %reduce.4 = f32[64] reduce(%transpose.3), kind=sum, ndims=1
+  %reduce.5 = f32[64] reduce(%transpose.3), kind=max, ndims=1
+  %reduce.6 = f32[64] reduce(%transpose.3), kind=min, ndims=1
+  ROOT (%reduce.4, %reduce.5, %reduce.6)
+}
+"""
+
+
+def test_a_transposed_chain_is_recomputed_by_each_reduction_over_its_columns():
+    """sum, max and min over axis 0 of x * 2 read one transpose of it: copied, no kernel
+    writes it, and the three reductions read x along its columns in one kernel."""
+    written = [r for f in fusion.fuse(parse_module(TRANSPOSED_READ_THRICE)) for r in f.roots]
+    assert any(r.op is Op.TRANSPOSE for r in written)                  # before
+    m, kernels = _copied(TRANSPOSED_READ_THRICE)
+    assert sum(i.op is Op.TRANSPOSE for i in m.instrs) == 3
+    (f,) = kernels
+    assert f.column and len(f.roots) == 3, f.notes
+
+
 def test_a_column_reduction_may_read_a_per_row_statistic():
     """sum over rows of g * x * broadcast(r) with r one value per row: still a column
     reduction (the statistic does not move along the outputs), split over the rows."""

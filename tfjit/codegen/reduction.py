@@ -85,6 +85,47 @@ def across_rows(f, gpu: bool, reads) -> bool:
             and reduced * widest <= ACROSS_ROW_BYTES)
 
 
+class _ColumnAccumulator:
+    """One root's accumulators in a column row: a block of ``width`` outputs from
+    output ``start`` on, and for a CPU float max/min a NaN flag per output
+    (``ReductionRows._flags_nans``)."""
+
+    def __init__(self, rows, root: Instr, width: int, start):
+        self.rows, self.root, self.start = rows, root, start
+        self.kind = root.attrs["kind"]
+        self.t = value_type(root.dtype)
+        self.acc = rows._entry_alloca(self.t, width)
+        self.nan = rows._entry_alloca(I8, width) if rows._flags_nans(self.kind, root.dtype) else None
+        self.combine = rows._ordered_combine if self.nan is not None else rows._combine
+
+    def _at(self, buf, o, t):
+        return self.rows.b.gep(buf, [self.rows.b.sub(o, self.start)], source_etype=t)
+
+    def reset(self, o) -> None:
+        b = self.rows.b
+        b.store(const(self.root.dtype, reduce_identity(self.kind, self.root.dtype)), self._at(self.acc, o, self.t))
+        if self.nan is not None:
+            b.store(ir.Constant(I8, 0), self._at(self.nan, o, I8))
+
+    def add(self, o, vs: list) -> None:
+        """acc[o] (+)= the values ``vs``, combined pairwise first."""
+        b, d = self.rows.b, self.root.dtype
+        if self.nan is not None:
+            met = b.zext(self.rows._nan_flags(vs), I8)
+            b.store(b.or_(b.load(self._at(self.nan, o, I8), typ=I8), met), self._at(self.nan, o, I8))
+        v = _pairwise(lambda x, y: self.combine(self.kind, d, x, y), vs)
+        slot = self._at(self.acc, o, self.t)
+        b.store(self.combine(self.kind, d, b.load(slot, typ=self.t), v), slot)
+
+    def result(self, o):
+        b = self.rows.b
+        v = b.load(self._at(self.acc, o, self.t), typ=self.t)
+        if self.nan is None:
+            return v
+        met = b.icmp_unsigned("!=", b.load(self._at(self.nan, o, I8), typ=I8), ir.Constant(I8, 0))
+        return b.select(met, ir.Constant(self.t, float("nan")), v)
+
+
 class ReductionRows:
     """Row bodies of reduce kernels; the emitter provides ``b``, ``f``, ``plan``,
     ``ptrs``, ``value``, ``gpu``, ``interleave_count`` and its scope and buffer helpers."""
@@ -130,33 +171,19 @@ class ReductionRows:
         The reduced dims are the outer loops and the outputs the inner one, so
         inputs stored with the output dim innermost are read contiguously.  A split
         kernel's row also names a chunk of the first reduced dim; it writes its sums
-        to the scratch buffer, output by output, for ``_combine_row``.
+        to the scratch buffer, output by output, for ``_combine_row``.  Sibling
+        reductions (several roots of one shape) each have their accumulators, filled
+        in the same loops: what they read in common is loaded once.
         """
         f, b = self.f, self.b
-        root = f.roots[0]
-        t = value_type(root.dtype)
-        out_shape = root.shape
+        out_shape = f.roots[0].shape
         width = f.column_block
         chunk, prefix, base, start, stop = self._column_block_bounds(row, out_shape)
-        acc = self._entry_alloca(t, width)
-        kind = root.attrs["kind"]
-
-        def slot(o):
-            return b.gep(acc, [b.sub(o, start)], source_etype=t)
-
-        # A CPU float max/min keeps its NaNs apart (see _nan_flags); nan[o]: one was met
-        nan = self._entry_alloca(I8, width) if self._flags_nans(kind, root.dtype) else None
-
-        def nan_slot(o):
-            return b.gep(nan, [b.sub(o, start)], source_etype=I8)
-
+        accs = [_ColumnAccumulator(self, root, width, start) for root in f.roots]
         with for_range(b, start, stop, "o") as o:
-            b.store(const(root.dtype, reduce_identity(kind, root.dtype)), slot(o))
-            if nan is not None:
-                b.store(ir.Constant(I8, 0), nan_slot(o))
-        operand = root.operands[0]
-        combine = self._ordered_combine if nan is not None else self._combine
-
+            for a in accs:
+                a.reset(o)
+        operand = f.roots[0].operands[0]
         lo, hi = self._chunk_bounds(chunk, operand.shape[f.outer])   # first reduced dim
 
         # The outputs' loop is innermost and must stay a loop: with few outputs (32
@@ -173,12 +200,8 @@ class ReductionRows:
         def outputs(ridxs):
             """acc[o] (+)= the values at reduced indices ``ridxs``, for every output o."""
             with for_range(b, start, stop, "o", keep) as o, self._scope():
-                vs = [self.value(operand, prefix + (o,) + ridx) for ridx in ridxs]
-                if nan is not None:
-                    met = b.zext(self._nan_flags(vs), I8)
-                    b.store(b.or_(b.load(nan_slot(o), typ=I8), met), nan_slot(o))
-                v = _pairwise(lambda x, y: combine(kind, root.dtype, x, y), vs)
-                b.store(combine(kind, root.dtype, b.load(slot(o), typ=t), v), slot(o))
+                for a in accs:
+                    a.add(o, [self.value(a.root.operands[0], prefix + (o,) + ridx) for ridx in ridxs])
 
         def nest(k, ridx):
             lo_k, hi_k = (lo, hi) if k == 0 else (i64(0), i64(operand.shape[f.outer + k]))
@@ -204,22 +227,23 @@ class ReductionRows:
         else:
             nest(0, ())
 
-        def result(o):
-            v = b.load(slot(o), typ=t)
-            if nan is None:
-                return v
-            met = b.icmp_unsigned("!=", b.load(nan_slot(o), typ=I8), ir.Constant(I8, 0))
-            return b.select(met, ir.Constant(t, float("nan")), v)
-
         if f.split == 1:
             with for_range(b, start, stop, "o") as o:
-                for s in self.plan.slots[root]:
-                    self._store(s, root, prefix + (o,), result(o))
+                for a in accs:
+                    for s in self.plan.slots[a.root]:
+                        self._store(s, a.root, prefix + (o,), a.result(o))
             return
-        scratch = self.ptrs[self.plan.scratch[f]]     # _combine_row's llvm.maximum keeps NaNs
+        # _combine_row's llvm.maximum keeps NaNs; root k's partials follow root k-1's
         with for_range(b, start, stop, "o") as o:
             at = b.add(b.mul(b.add(base, o), i64(f.split)), chunk)
-            b.store(result(o), b.gep(scratch, [at], source_etype=t))
+            for k, a in enumerate(accs):
+                b.store(a.result(o), b.gep(self._scratch_part(k, a.root), [at], source_etype=a.t))
+
+    def _scratch_part(self, k: int, root: Instr):
+        """Where root k of a split reduction keeps its partial results in the kernel's
+        scratch (sized by passes/buffers.py): after roots 0..k-1's."""
+        part = self.f.split * root.size * max(max(r.dtype.itemsize, 1) for r in self.f.roots)
+        return self.b.gep(self.ptrs[self.plan.scratch[self.f]], [i64(k * part)], source_etype=I8)
 
     def _column_tile_row(self, row):
         """A GPU block's tile of a column reduction (``lanes.tile_rows``): thread ``rank``
@@ -227,11 +251,10 @@ class ReductionRows:
         every ``threads / TILE_COLUMNS``-th index from ``rank / TILE_COLUMNS``, the outer
         reduced dims whole; ``lanes.tile_combine`` adds the row-lanes' results.  Outputs
         past the last dim's end read its last column and store nothing.  A split kernel's
-        tile takes one chunk of the first reduced dim, as ``_column_row``'s rows do."""
+        tile takes one chunk of the first reduced dim, as ``_column_row``'s rows do.
+        Sibling reductions each keep an accumulator, filled in the same loops."""
         f, b = self.f, self.b
-        root, kind = f.roots[0], f.roots[0].attrs["kind"]
-        t = value_type(root.dtype)
-        out_shape, operand = root.shape, root.operands[0]
+        out_shape, operand = f.roots[0].shape, f.roots[0].operands[0]
         columns = lanes.TILE_COLUMNS
         tiles = _math.ceil(out_shape[-1] / columns)
         chunk = b.srem(row, i64(f.split))
@@ -243,7 +266,8 @@ class ReductionRows:
         column = b.select(inside, o, i64(out_shape[-1] - 1))
         lane_rows = self.group // columns
         lo, hi = self._chunk_bounds(chunk, operand.shape[f.outer])
-        acc = self._alloca(t, const(root.dtype, reduce_identity(kind, root.dtype)))
+        accs = [self._alloca(value_type(r.dtype), const(r.dtype, reduce_identity(r.attrs["kind"], r.dtype)))
+                for r in f.roots]
         reduced = operand.rank - f.outer
 
         def nest(k, ridx):
@@ -254,22 +278,26 @@ class ReductionRows:
                 return
             mine = b.add(lo_k, b.lshr(self.rank, i64(columns.bit_length() - 1)))
             with for_range(b, mine, hi_k, f"r{k}", None, lane_rows) as r, self._scope():
-                v = self.value(operand, prefix + (column,) + ridx + (r,))
-                b.store(self._combine(kind, root.dtype, b.load(acc, typ=t), v), acc)
+                for root, acc in zip(f.roots, accs):
+                    v = self.value(root.operands[0], prefix + (column,) + ridx + (r,))
+                    t = value_type(root.dtype)
+                    b.store(self._combine(root.attrs["kind"], root.dtype, b.load(acc, typ=t), v), acc)
 
         self.uniform = False        # each thread's own loops, until the block combines
         nest(0, ())
         self.uniform = True
-        total = lanes.tile_combine(b, lambda x, y: self._combine(kind, root.dtype, x, y),
-                                   b.load(acc, typ=t), self.rank, self.group)
+        totals = [lanes.tile_combine(b, lambda x, y, r=root: self._combine(r.attrs["kind"], r.dtype, x, y),
+                                     b.load(acc, typ=value_type(root.dtype)), self.rank, self.group)
+                  for root, acc in zip(f.roots, accs)]
         first_lane = b.icmp_unsigned("<", self.rank, i64(columns))
         with b.if_then(b.and_(inside, first_lane)):
-            if f.split == 1:
-                for s in self.plan.slots[root]:
-                    self._store(s, root, prefix + (o,), total)
-            else:
-                at = b.add(b.mul(b.add(b.mul(outer, i64(out_shape[-1])), o), i64(f.split)), chunk)
-                b.store(total, b.gep(self.ptrs[self.plan.scratch[f]], [at], source_etype=t))
+            at = b.add(b.mul(b.add(b.mul(outer, i64(out_shape[-1])), o), i64(f.split)), chunk)
+            for k, (root, total) in enumerate(zip(f.roots, totals)):
+                if f.split == 1:
+                    for s in self.plan.slots[root]:
+                        self._store(s, root, prefix + (o,), total)
+                else:
+                    b.store(total, b.gep(self._scratch_part(k, root), [at], source_etype=total.type))
 
     def _partial_row(self, row):
         f, b = self.f, self.b
@@ -294,24 +322,25 @@ class ReductionRows:
             b.store(acc, b.gep(ptr, [row], source_etype=acc.type))
 
     def _combine_row(self, row):
+        """Output ``row`` of a split kernel: its partial results in chunk order, for each
+        root (``_scratch_part``)."""
         f, b = self.f, self.b
-        root = f.roots[0]
-        t = value_type(root.dtype)
-        acc = self._alloca(t, const(root.dtype, reduce_identity(root.attrs["kind"], root.dtype)))
-        ptr = self.ptrs[self.plan.scratch[f]]
         base = b.mul(row, i64(f.split))
-        shared = self.rank is not None
-        with self._lane_range(0, f.split, "c") as c:
-            part = b.load(b.gep(ptr, [b.add(base, c)], source_etype=t), typ=t)
-            b.store(self._combine(root.attrs["kind"], root.dtype, b.load(acc, typ=t), part), acc)
-        total = b.load(acc, typ=t)
-        if shared:
-            total = lanes.allreduce(b, lambda x, y: self._combine(root.attrs["kind"], root.dtype, x, y),
-                                    total, self.group, self.rank)
-        out_idx = self._unravel(row, root.shape)
-        with self._lane_zero():
-            for slot in self.plan.slots[root]:
-                self._store(slot, root, out_idx, total)
+        out_idx = self._unravel(row, f.roots[0].shape)
+        for k, root in enumerate(f.roots):
+            kind, t = root.attrs["kind"], value_type(root.dtype)
+            acc = self._alloca(t, const(root.dtype, reduce_identity(kind, root.dtype)))
+            ptr = self._scratch_part(k, root)
+            with self._lane_range(0, f.split, "c") as c:
+                part = b.load(b.gep(ptr, [b.add(base, c)], source_etype=t), typ=t)
+                b.store(self._combine(kind, root.dtype, b.load(acc, typ=t), part), acc)
+            total = b.load(acc, typ=t)
+            if self.rank is not None:
+                total = lanes.allreduce(b, lambda x, y: self._combine(kind, root.dtype, x, y),
+                                        total, self.group, self.rank)
+            with self._lane_zero():
+                for slot in self.plan.slots[root]:
+                    self._store(slot, root, out_idx, total)
 
     def _reduce_loops(self, r: Instr, out_idx: tuple, ranges: list):
         """Accumulates ``r``'s operand over ``ranges`` ([(start, stop)], stop None = fixed index)."""

@@ -196,10 +196,9 @@ class _Assigner:
                         self.slots[r] = [self.temp(nbytes(r))]
                 if f.split > 1 and f.roots[0].op is Op.ARGREDUCE:
                     self.plan.scratch[f] = self.temp(arg_scratch_bytes(f.roots[0], f.split))
-                elif f.split > 1:
-                    r = f.roots[0]
-                    self.plan.scratch[f] = self.temp(r.size * f.split * max(r.dtype.itemsize, 1)
-                                                     * len(f.roots))
+                elif f.split > 1:       # each root's partials, one after another
+                    widest = max(max(r.dtype.itemsize, 1) for r in f.roots)
+                    self.plan.scratch[f] = self.temp(f.roots[0].size * f.split * widest * len(f.roots))
                 if f.kind == "sort" and f.rows:
                     self.plan.scratch[f] = self.temp(f.rows * topk_row_bytes(f.roots[0]))
 

@@ -19,7 +19,9 @@ leaves are what the kernels read.  What is copied: a value read by two or more
 instructions, none of which needs it as a dense buffer (library calls, control
 flow, dynamic-update-slice, and data movement they read in place), not an output,
 whose chain is at most ``MAX_CHAIN`` cheap elementwise instructions (``CHEAP``: no
-transcendental, no division) and non-cheap broadcasts (a broadcast of a parameter or constant is recomputed
+transcendental, no division) or transposes (sum, max and min over axis 0 of ``x * 2``
+read one transpose of it: written transposed by a kernel of its own, then read by
+three, where each reduction can read ``x`` along its columns), and non-cheap broadcasts (a broadcast of a parameter or constant is recomputed
 wherever read already) whose inner instructions nothing else reads, and reads at
 most one full-size value: with two, n copies would read 2n buffers where the
 value costs n + 3 passes.  Where the readers end up in one kernel anyway, the
@@ -102,7 +104,8 @@ def _chain(v: Instr, users: dict) -> list | None:
         if i.op is Op.BROADCAST:
             if i.operands[0].size >= i.size:
                 full.add(i.operands[0])
-        elif i.op in CHEAP:      # (no deeper than MAX_CHAIN: add_n of 2000 is a chain)
+        elif i.op in CHEAP or i.op is Op.TRANSPOSE:   # (no deeper than MAX_CHAIN: add_n
+            # of 2000 is a chain); a transpose is an index mapping its readers apply
             if depth >= MAX_CHAIN or not all(visit(o, depth + 1) for o in i.operands):
                 return False
         elif i is v:

@@ -14,7 +14,8 @@ The kernel kinds:
 * ``loop``    roots share one shape; a parallel loop over rows (all dims but the
               last) and an inner, vectorisable loop over the last dim.
 * ``reduce``  roots are reductions of one operand shape; a parallel loop over
-              output elements and an inner loop over the reduced dims.
+              output elements and an inner loop over the reduced dims (several
+              roots only for column reductions that read a common input).
 * ``library`` one runtime-library call (dot, convolution: ``Kind.LIBRARY``).  Its
               operands must be dense buffers, so each is a parameter or a kernel
               root of its own -- cheap values included, which are otherwise never
@@ -313,7 +314,9 @@ def _behind(f: Fusion) -> tuple:
 
 
 def _merge_siblings(b: _Builder) -> list:
-    """Merges loop kernels of one shape that read a common input (multi-output kernels).
+    """Merges loop kernels of one shape that read a common input (multi-output kernels),
+    and column reductions of one shape that do (sibling reductions: one pass over the
+    input computes them all).
 
     Greedy, in kernel order: each kernel takes in, one at a time, the first kernel of
     the list that shares a read with it and that neither depends on, until none is
@@ -332,25 +335,24 @@ def _merge_siblings(b: _Builder) -> list:
     position = {f: k for k, f in enumerate(fusions)}
     rd = {f: reads(f) for f in fusions}
     levels = KernelGraph(fusions, rd, b.owner)
-    readers: dict = {}          # (buffer, shape) -> loop kernels that read it
+    readers: dict = {}          # (buffer, kind, shape) -> candidate kernels that read it
     alive = set(fusions)
+    candidates = {f for f in fusions if f.kind == "loop" and not f.hoisted or _column_sibling(f)}
 
-    def candidate(f: Fusion) -> bool:
-        return f.kind == "loop" and not f.hoisted
-
-    for f in fusions:
-        if candidate(f):
-            for r in rd[f]:
-                readers.setdefault((r, f.shape), set()).add(f)
+    for f in candidates:
+        for r in rd[f]:
+            readers.setdefault((r, f.kind, f.shape), set()).add(f)
     for x in fusions:
-        if x not in alive or not candidate(x):
+        if x not in alive or x not in candidates:
             continue
         refused = {x}        # never mergeable with x from now on
         while True:
-            siblings = {y for r in rd[x] for y in readers.get((r, x.shape), ())} - refused
+            siblings = {y for r in rd[x] for y in readers.get((r, x.kind, x.shape), ())} - refused
             for y in sorted(siblings, key=position.get):
                 refused.add(y)
                 if levels.depends(x, y) or levels.depends(y, x):
+                    continue
+                if x.kind == "reduce" and not _column_sibling(x, y):
                     continue
                 size = len(rd[x] | rd[y]) + len(x.roots) + len(y.roots)
                 if size > MAX_OPERANDS_AND_OUTPUTS:
@@ -364,8 +366,8 @@ def _merge_siblings(b: _Builder) -> list:
                 for i in y.instrs:
                     b.owner[i] = x
                 for r in rd[y]:
-                    readers[(r, y.shape)].discard(y)
-                    readers[(r, x.shape)].add(x)
+                    readers[(r, y.kind, y.shape)].discard(y)
+                    readers[(r, x.kind, x.shape)].add(x)
                 rd[x] |= rd.pop(y)
                 levels.merge(x, y)
                 alive.discard(y)
@@ -376,6 +378,25 @@ def _merge_siblings(b: _Builder) -> list:
     for f in fusions:
         f.instrs.sort(key=b.order.get)
     return fusions
+
+
+def _column_sibling(f: Fusion, other: Fusion | None = None) -> bool:
+    """May reduce kernel f (merged with ``other``, of the same shape) be a column
+    reduction with several roots?  Its roots are plain reductions of one operand
+    shape and nothing is hoisted: a column row then accumulates each root's block of
+    outputs in the same pass over the reduced rows, reading what they share once.
+    Batch normalisation's gradient sums dy and dy * (x - mean) per channel: two
+    column kernels read dy twice.  Row reductions are left apart: each root's row
+    would be its own loop over the row, a second read either way."""
+    if f.kind != "reduce" or f.hoisted or other is not None and (
+            other.hoisted or other.outer != f.outer or other.shape != f.shape):
+        return False
+    roots = f.roots + (other.roots if other is not None else [])
+    if any(r.op is not Op.REDUCE for r in roots):
+        return False
+    merged = Fusion(f.name, f.kind, roots, f.instrs + (other.instrs if other is not None else []),
+                    f.shape, f.outer)
+    return column_candidate(merged)
 
 
 def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:

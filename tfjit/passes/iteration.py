@@ -49,18 +49,20 @@ def _flat_ok(f: Fusion) -> bool:
 
 
 def symbolic_reads(f: Fusion) -> dict:
-    """{buffer instr: set of symbolic indices} for a single-root kernel.
+    """{buffer instr: set of symbolic indices}, read from every root of a loop kernel or
+    a reduction (whose roots, sibling reductions included, reduce one shape).
 
     Indices are tuples of ``d<k>`` (output dims), ``r<k>`` (reduced dims) and
     0, or "opaque" where a mapping needs arithmetic.
     """
-    root = f.roots[0]
-    if root.op.kind is Kind.REDUCE:
-        x = root.operands[0]
-        start = (x, row_names(f.outer) + tuple(f"r{k}" for k in range(x.rank - f.outer)))
-    else:
-        start = (root, row_names(root.rank))
-    inside, out, seen, stack = set(f.instrs), {}, set(), [start]
+    stack = []
+    for root in f.roots:
+        if root.op.kind is Kind.REDUCE:
+            x = root.operands[0]
+            stack.append((x, row_names(f.outer) + tuple(f"r{k}" for k in range(x.rank - f.outer))))
+        else:
+            stack.append((root, row_names(root.rank)))
+    inside, out, seen = set(f.instrs), {}, set()
     while stack:
         i, idx = stack.pop()
         if (i, idx) in seen:
@@ -132,8 +134,7 @@ REDUCTIONS = (Op.REDUCE, Op.ARGREDUCE)    # the roots of column and split kernel
 def column_candidate(f: Fusion) -> bool:
     """Can this reduction kernel iterate with the last output dim innermost (before any
     reduction is hoisted into it)?"""
-    root = f.roots[0]
-    if f.kind != KernelKind.REDUCE or root.op not in REDUCTIONS or not f.outer:
+    if f.kind != KernelKind.REDUCE or not f.outer or any(r.op not in REDUCTIONS for r in f.roots):
         return False
     idxs = [idx for idxs in symbolic_reads(f).values() for idx in idxs]     # walked once
     return _contiguous_along_output(f, idxs) and _contiguous_outputs(f, idxs) >= 16
