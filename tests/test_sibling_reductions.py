@@ -1,12 +1,15 @@
 """Sibling column reductions in one kernel (passes/fusion.py ``_merge_siblings``,
 codegen/reduction.py ``_column_row``): reductions of one shape that read a common
-input, each a column reduction, become one kernel with a root per reduction.
+input, each a column reduction, become one kernel with a root per reduction; and a
+loop kernel whose result a column reduction reads at each point once is computed and
+written by it (``_merge_producers``).
 
 The policy on IR text (which merge, which stay apart and why); end to end against
 TF's executor: mixed kinds (sum with max, NaN included), mixed dtypes (a float and an
 int sum, split into chunks: the scratch holds each root's partials), any/all, edge
 sizes (one reduced row, a prime number of channels, fewer rows than cores), batch
-normalisation's train step, and the merged kernel assembled for the GPU.
+normalisation's, layer normalisation's and a dense layer's train steps, and the
+merged kernels assembled for the GPU.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from oracle import assert_matches
 from tfjit.codegen import nvptx
 from tfjit.ir.parse import parse_module
 from tfjit.passes import fusion
+from tfjit.passes.kernels import reductions
 
 needs_ptxas = pytest.mark.skipif(nvptx.ptxas() is None, reason="no ptxas (CUDA toolkit) here")
 
@@ -84,6 +88,50 @@ def test_reductions_of_different_shapes_stay_apart():
 }
 """
     assert len(_reduce_kernels(text)) == 2
+
+
+# relu's gradient g = dy * (y > 0), written for a product, and summed over the rows
+PRODUCER = """module m {{
+  %p0 = f32[{r},{c}] parameter(0)
+  %p1 = f32[{r},{c}] parameter(1)
+  %p2 = f32[{c},{c}] parameter(2)
+  %constant.0 = f32[] constant(0.0)
+  %broadcast.1 = f32[{r},{c}] broadcast(%constant.0), dims={{}}
+  %greater.2 = pred[{r},{c}] compare-gt(%p1, %broadcast.1)
+  %select.3 = f32[{r},{c}] select(%greater.2, %p0, %broadcast.1)
+  %transpose.4 = f32[{c},{r}] transpose(%select.3), perm={{1,0}}
+  %reduce.5 = f32[{c}] reduce(%transpose.4), kind=sum, ndims=1
+  %dot.6 = f32[{r},{c}] dot(%select.3, %p2), transpose_lhs=0, transpose_rhs=0
+  ROOT (%reduce.5, %dot.6)
+}}
+"""
+
+
+def test_a_loop_kernel_a_column_sum_reads_is_computed_by_it():
+    kernels = fusion.fuse(parse_module(PRODUCER.format(r=512, c=64)))
+    assert [f.kind for f in kernels].count("loop") == 0, [f.notes for f in kernels]
+    (f,) = [f for f in kernels if f.kind == "reduce"]
+    assert [r.name for r in f.roots] == ["reduce.5", "select.3"] and f.elementwise_at == ("r0", "d0")
+
+
+def test_a_small_producer_stays_apart():
+    """512 x 32 values: read back, they cost less than making the product wait for the
+    whole reduction."""
+    kernels = fusion.fuse(parse_module(PRODUCER.format(r=512, c=32)))
+    assert any(f.kind == "loop" for f in kernels) and not any(f.elementwise_at for f in kernels)
+
+
+def test_a_producer_another_input_of_the_reduction_needs_stays_apart():
+    """The sum also reads exp(g) @ w, which needs g written first: one kernel could not
+    both write g and read what is computed from it."""
+    text = PRODUCER.format(r=512, c=64).replace(
+        "  %reduce.5 = f32[64] reduce(%transpose.4), kind=sum, ndims=1\n",
+        "  %dot.7 = f32[512,64] dot(%select.3, %p2), transpose_lhs=0, transpose_rhs=0\n"
+        "  %multiply.8 = f32[512,64] multiply(%select.3, %dot.7)\n"
+        "  %transpose.9 = f32[64,512] transpose(%multiply.8), perm={1,0}\n"
+        "  %reduce.5 = f32[64] reduce(%transpose.9), kind=sum, ndims=1\n")
+    kernels = fusion.fuse(parse_module(text))
+    assert any(f.kind == "loop" and [r.name for r in f.roots] == ["select.3"] for f in kernels)
 
 
 # -- end to end, against TF's executor -------------------------------------------------
@@ -172,8 +220,69 @@ def test_batch_normalisation_train_step_matches_tensorflow(shape):
     for got, want in zip(fn(x), tf.function(step)(x)):
         scale = max(float(np.max(np.abs(want.numpy()))), 1.0)
         assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5 * scale)
-    if shape[-1] >= 16 and np.prod(shape[:-1]) > 1:      # dy and dy * xhat summed in one pass
-        assert any(len(k.roots) == 2 for k in fn.compiled(x).fusions if k.kind == "reduce")
+    if shape[-1] >= 16 and np.prod(shape[:-1]) > 1:      # dy and dy * xhat summed in one pass,
+        # dy written by the same kernel where it is large
+        big = np.prod(shape) >= fusion.PRODUCER_MIN_ELEMENTS
+        assert any(len(reductions(k)) == 2 and bool(k.elementwise_at) == big
+                   for k in fn.compiled(x).fusions if k.kind == "reduce")
+
+
+@pytest.mark.parametrize("shape", [(8, 128, 256), (1, 1, 64), (3, 7, 131)],
+                         ids=["encoder", "one-row", "prime-features"])
+def test_layer_normalisation_train_step_matches_tensorflow(shape):
+    import keras
+    layer = keras.layers.LayerNormalization()
+    layer.build(shape)
+    x = _input(shape, 10)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.nn.relu(layer(x)) ** 2)
+        return tape.gradient(loss, [x] + layer.trainable_variables)
+    fn = tfjit.function(step, jit_compile=True)
+    for got, want in zip(fn(x), tf.function(step)(x)):
+        scale = max(float(np.max(np.abs(want.numpy()))), 1.0)
+        assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5 * scale)
+    if shape == (8, 128, 256):       # the scale's and offset's gradients, and what they sum
+        assert any(len(reductions(k)) == 2 and k.elementwise_at for k in fn.compiled(x).fusions)
+
+
+@pytest.mark.parametrize("batch,units", [(512, 64), (1, 32), (37, 131)], ids=["mlp", "one-row", "primes"])
+def test_dense_relu_train_step_matches_tensorflow(batch, units):
+    """relu's gradient is written for the weights' product and summed for the bias."""
+    rng = np.random.default_rng(11)
+    w1 = tf.Variable(rng.standard_normal((48, units)).astype(np.float32) * 0.2)
+    b1 = tf.Variable(rng.standard_normal(units).astype(np.float32) * 0.1)
+    w2 = tf.Variable(rng.standard_normal((units, 10)).astype(np.float32) * 0.2)
+    x = _input((batch, 48), 12)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(x @ w1 + b1)
+            loss = tf.reduce_sum((h @ w2) ** 2)
+        return tape.gradient(loss, [w1, b1, w2])
+    fn = tfjit.function(step, jit_compile=True)
+    for got, want in zip(fn(x), tf.function(step)(x)):
+        scale = max(float(np.max(np.abs(want.numpy()))), 1.0)
+        assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5 * scale)
+    if batch * units >= fusion.PRODUCER_MIN_ELEMENTS:
+        assert any(k.elementwise_at for k in fn.compiled(x).fusions), \
+            [k.notes for k in fn.compiled(x).fusions]
+
+
+@needs_ptxas
+def test_a_reduction_that_writes_its_producer_assembles_for_the_gpu():
+    x, y = _input((600, 64), 13), _input((600, 64), 14)
+
+    def f(x, y):
+        g = tf.where(y > 0, x, 0.0)
+        return tf.reduce_sum(g, axis=0), tf.exp(g) * 3.0
+    fn = tfjit.function(f, jit_compile=True)
+    for got, want in zip(fn(x, y), f(x, y)):
+        assert_matches(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-4)
+    assert any(k.elementwise_at for k in fn.compiled(x, y).fusions)
+    nvptx.assemble(fn.experimental_get_compiler_ir(x, y)(stage="ptx", arch="sm_90"), "sm_90")
 
 
 @needs_ptxas

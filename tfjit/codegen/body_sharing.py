@@ -143,7 +143,7 @@ def body_key(f: Fusion, plan) -> tuple:
     for i in f.instrs:
         visit(i)
     return (f.kind.value, f.shape, f.outer, f.flat, f.split, f.column, f.column_block,
-            f.column_rows, tuple(nodes), tuple(visit(r) for r in f.roots),
+            f.column_rows, f.elementwise_at, tuple(nodes), tuple(visit(r) for r in f.roots),
             tuple(visit(h) for h in f.hoisted),
             tuple(rank[s] for r in f.roots for s in plan.slots[r]), rank[plan.status_slot],
             rank[plan.scratch[f]] if f in plan.scratch else None)

@@ -18,8 +18,8 @@ from tfjit import dtypes as dt
 from tfjit.codegen import lanes
 from tfjit.codegen.llvm_types import I8, const, for_range, i64, intrinsic, no_unroll, no_vectorize, value_type
 from tfjit.ir.module import Instr
-from tfjit.ir.ops import EXPENSIVE, Op
-from tfjit.passes.kernels import FLAT_BLOCK
+from tfjit.ir.ops import EXPENSIVE, Kind, Op
+from tfjit.passes.kernels import FLAT_BLOCK, reductions, row_names
 
 SHORT_ROW = 8          # rows this short are vectorised across rows (across_rows); longer
 LOOP_ROW_MAX = 256     # float-sum rows, up to this long, keep their loop (_vectorise_whole)
@@ -179,7 +179,7 @@ class ReductionRows:
         out_shape = f.roots[0].shape
         width = f.column_block
         chunk, prefix, base, start, stop = self._column_block_bounds(row, out_shape)
-        accs = [_ColumnAccumulator(self, root, width, start) for root in f.roots]
+        accs = [_ColumnAccumulator(self, root, width, start) for root in reductions(f)]
         with for_range(b, start, stop, "o") as o:
             for a in accs:
                 a.reset(o)
@@ -202,6 +202,8 @@ class ReductionRows:
             with for_range(b, start, stop, "o", keep) as o, self._scope():
                 for a in accs:
                     a.add(o, [self.value(a.root.operands[0], prefix + (o,) + ridx) for ridx in ridxs])
+                for ridx in ridxs:
+                    self._store_visited(prefix + (o,) + ridx)
 
         def nest(k, ridx):
             lo_k, hi_k = (lo, hi) if k == 0 else (i64(0), i64(operand.shape[f.outer + k]))
@@ -239,10 +241,22 @@ class ReductionRows:
             for k, a in enumerate(accs):
                 b.store(a.result(o), b.gep(self._scratch_part(k, a.root), [at], source_etype=a.t))
 
+    def _store_visited(self, idx: tuple) -> None:
+        """Writes the kernel's elementwise roots (a producer merged into a column
+        reduction, ``Fusion.elementwise_at``) at the point ``idx`` (output dims, then
+        reduced dims) that its loops visit."""
+        names = row_names(self.f.outer) + tuple(f"r{k}" for k in range(len(idx) - self.f.outer))
+        at = dict(zip(names, idx))
+        for root in self.f.roots:
+            if root.op.kind is not Kind.REDUCE:
+                mine = tuple(at[n] for n in self.f.elementwise_at)
+                for slot in self.plan.slots[root]:
+                    self._store(slot, root, mine, self.value(root, mine))
+
     def _scratch_part(self, k: int, root: Instr):
         """Where root k of a split reduction keeps its partial results in the kernel's
         scratch (sized by passes/buffers.py): after roots 0..k-1's."""
-        part = self.f.split * root.size * max(max(r.dtype.itemsize, 1) for r in self.f.roots)
+        part = self.f.split * root.size * max(max(r.dtype.itemsize, 1) for r in reductions(self.f))
         return self.b.gep(self.ptrs[self.plan.scratch[self.f]], [i64(k * part)], source_etype=I8)
 
     def _column_tile_row(self, row):
@@ -266,8 +280,9 @@ class ReductionRows:
         column = b.select(inside, o, i64(out_shape[-1] - 1))
         lane_rows = self.group // columns
         lo, hi = self._chunk_bounds(chunk, operand.shape[f.outer])
+        roots = reductions(f)
         accs = [self._alloca(value_type(r.dtype), const(r.dtype, reduce_identity(r.attrs["kind"], r.dtype)))
-                for r in f.roots]
+                for r in roots]
         reduced = operand.rank - f.outer
 
         def nest(k, ridx):
@@ -278,21 +293,24 @@ class ReductionRows:
                 return
             mine = b.add(lo_k, b.lshr(self.rank, i64(columns.bit_length() - 1)))
             with for_range(b, mine, hi_k, f"r{k}", None, lane_rows) as r, self._scope():
-                for root, acc in zip(f.roots, accs):
+                for root, acc in zip(roots, accs):
                     v = self.value(root.operands[0], prefix + (column,) + ridx + (r,))
                     t = value_type(root.dtype)
                     b.store(self._combine(root.attrs["kind"], root.dtype, b.load(acc, typ=t), v), acc)
+                if f.elementwise_at:       # (threads past the last column hold a copy of it)
+                    with b.if_then(inside), self._scope():
+                        self._store_visited(prefix + (column,) + ridx + (r,))
 
         self.uniform = False        # each thread's own loops, until the block combines
         nest(0, ())
         self.uniform = True
         totals = [lanes.tile_combine(b, lambda x, y, r=root: self._combine(r.attrs["kind"], r.dtype, x, y),
                                      b.load(acc, typ=value_type(root.dtype)), self.rank, self.group)
-                  for root, acc in zip(f.roots, accs)]
+                  for root, acc in zip(roots, accs)]
         first_lane = b.icmp_unsigned("<", self.rank, i64(columns))
         with b.if_then(b.and_(inside, first_lane)):
             at = b.add(b.mul(b.add(b.mul(outer, i64(out_shape[-1])), o), i64(f.split)), chunk)
-            for k, (root, total) in enumerate(zip(f.roots, totals)):
+            for k, (root, total) in enumerate(zip(roots, totals)):
                 if f.split == 1:
                     for s in self.plan.slots[root]:
                         self._store(s, root, prefix + (o,), total)
@@ -327,7 +345,7 @@ class ReductionRows:
         f, b = self.f, self.b
         base = b.mul(row, i64(f.split))
         out_idx = self._unravel(row, f.roots[0].shape)
-        for k, root in enumerate(f.roots):
+        for k, root in enumerate(reductions(f)):
             kind, t = root.attrs["kind"], value_type(root.dtype)
             acc = self._alloca(t, const(root.dtype, reduce_identity(kind, root.dtype)))
             ptr = self._scratch_part(k, root)

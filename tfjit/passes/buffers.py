@@ -48,6 +48,7 @@ from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.passes import fusion as fusion_mod
 from tfjit.passes import iteration
+from tfjit.passes.kernels import reductions
 from tfjit.passes.own_rows import topk_merges
 from tfjit.runtime import abi
 
@@ -196,9 +197,10 @@ class _Assigner:
                         self.slots[r] = [self.temp(nbytes(r))]
                 if f.split > 1 and f.roots[0].op is Op.ARGREDUCE:
                     self.plan.scratch[f] = self.temp(arg_scratch_bytes(f.roots[0], f.split))
-                elif f.split > 1:       # each root's partials, one after another
-                    widest = max(max(r.dtype.itemsize, 1) for r in f.roots)
-                    self.plan.scratch[f] = self.temp(f.roots[0].size * f.split * widest * len(f.roots))
+                elif f.split > 1:       # each reduction's partials, one after another
+                    sums = reductions(f)
+                    widest = max(max(r.dtype.itemsize, 1) for r in sums)
+                    self.plan.scratch[f] = self.temp(sums[0].size * f.split * widest * len(sums))
                 if f.kind == "sort" and f.rows:
                     self.plan.scratch[f] = self.temp(f.rows * topk_row_bytes(f.roots[0]))
 
@@ -395,7 +397,7 @@ def _carried_in_place(k: int, body: Module, fusions: list) -> str | None:
     if body.outputs.count(out) != 1:
         return f"{out!r} is the next value of several carried values"
     if p in body.outputs:
-        return f"the body also returns it as another carried value"
+        return "the body also returns it as another carried value"
     writer = next(n for n, f in enumerate(fusions) if out in f.roots)
     w = fusions[writer]
     for n, f in enumerate(fusions):

@@ -31,6 +31,7 @@ import math
 
 from tfjit.ir.ops import LIBM, SOLVER_ATTRS, SPECIAL, SPECTRAL_ATTRS, Kind, Op
 from tfjit.passes import fusion as fusion_mod
+from tfjit.passes.kernels import reductions
 
 TRANSCENDENTAL = frozenset({
     Op.EXP, Op.EXPM1, Op.LOG, Op.LOG1P, Op.SIN, Op.COS, Op.TANH, Op.LOGISTIC,
@@ -162,7 +163,7 @@ def kernel_cost(f, plan) -> KernelCost:
     read = sum(_nbytes(b) for b in fusion_mod.reads(f))
     written = sum(_nbytes(r) * len(plan.slots.get(r, [None])) for r in f.roots)
     if f in plan.scratch:        # partials: written by phase 1, read back by phase 2
-        partials = sum(r.size * f.split * r.dtype.itemsize for r in f.roots)
+        partials = sum(r.size * f.split * r.dtype.itemsize for r in reductions(f))
         read, written = read + partials, written + partials
     return KernelCost(f.name, f.kind, flops, transcendentals, read, written)
 

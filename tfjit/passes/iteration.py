@@ -11,7 +11,7 @@ import math
 from tfjit.ir.indexing import ZERO, operand_index, split_owners
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Kind, Op
-from tfjit.passes.kernels import FLAT_BLOCK, Fusion, KernelKind, is_cheap, row_names
+from tfjit.passes.kernels import FLAT_BLOCK, Fusion, KernelKind, is_cheap, reductions, row_names
 from tfjit.passes.own_rows import topk_merges
 
 SPLIT_MIN_ELEMENTS = 1 << 15    # reductions this large with few outputs split into chunks
@@ -60,8 +60,8 @@ def symbolic_reads(f: Fusion) -> dict:
         if root.op.kind is Kind.REDUCE:
             x = root.operands[0]
             stack.append((x, row_names(f.outer) + tuple(f"r{k}" for k in range(x.rank - f.outer))))
-        else:
-            stack.append((root, row_names(root.rank)))
+        else:       # (a column kernel's elementwise roots: at the point its loops visit)
+            stack.append((root, f.elementwise_at or row_names(root.rank)))
     inside, out, seen = set(f.instrs), {}, set()
     while stack:
         i, idx = stack.pop()
@@ -134,7 +134,7 @@ REDUCTIONS = (Op.REDUCE, Op.ARGREDUCE)    # the roots of column and split kernel
 def column_candidate(f: Fusion) -> bool:
     """Can this reduction kernel iterate with the last output dim innermost (before any
     reduction is hoisted into it)?"""
-    if f.kind != KernelKind.REDUCE or not f.outer or any(r.op not in REDUCTIONS for r in f.roots):
+    if f.kind != KernelKind.REDUCE or not f.outer or any(r.op not in REDUCTIONS for r in reductions(f)):
         return False
     idxs = [idx for idxs in symbolic_reads(f).values() for idx in idxs]     # walked once
     return _contiguous_along_output(f, idxs) and _contiguous_outputs(f, idxs) >= 16

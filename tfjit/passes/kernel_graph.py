@@ -62,7 +62,8 @@ class KernelGraph:
         return False
 
     def merge(self, x, y) -> None:
-        """y's instructions now belong to x (x and y are independent)."""
+        """y's instructions now belong to x (siblings, or y a producer of x that x takes
+        in: the edge between them disappears)."""
         for p in self.producers.pop(y):
             self.consumers[p].discard(y)
             self.consumers[p].add(x)
@@ -71,6 +72,8 @@ class KernelGraph:
             self.producers[c].discard(y)
             self.producers[c].add(x)
             self.consumers[x].add(c)
+        self.producers[x].discard(x)
+        self.consumers[x].discard(x)
         self.level[x] = max(self.level[x], self.level.pop(y))
         stack = [x]
         while stack:                 # lift x's consumers above it, and theirs above them

@@ -55,6 +55,9 @@ class Fusion:
     column: bool = False            # reduce kernel: inputs are contiguous along the last output dim
     column_block: int = COLUMN_BLOCK   # column kernel: outputs per row
     column_rows: int = 1               # ... and reduced rows per pass over them
+    # column kernel with elementwise roots (a producer merged in): the index, in the
+    # names of its output and reduced dims, at which it computes and writes them
+    elementwise_at: tuple = ()
     aliases: dict = dataclasses.field(default_factory=dict)   # library: reshape -> its operand
     called: list = dataclasses.field(default_factory=list)    # while/conditional: [[Fusion]] per computation
 
@@ -96,6 +99,12 @@ def is_cheap(i: Instr) -> bool:
     if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT, Op.DYNAMIC_SLICE):
         return all(in_memory(o) or is_cheap(o) for o in i.operands)
     return False
+
+
+def reductions(f: Fusion) -> list:
+    """A reduce kernel's reductions: its roots but the elementwise ones a column kernel
+    writes along the way (``Fusion.elementwise_at``), which follow them."""
+    return [r for r in f.roots if r.op.kind is Kind.REDUCE]
 
 
 def row_names(n: int) -> tuple:
