@@ -203,13 +203,11 @@ def test_any_and_all_of_one_column_input_match_exactly():
     assert_matches(got[2].numpy(), want[2].numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", [(16, 13, 13, 32), (3, 5, 7, 17), (2, 3, 3, 130), (1, 1, 1, 64)],
-                         ids=["bn", "prime-channels", "wide", "one-pixel"])
-def test_batch_normalisation_train_step_matches_tensorflow(shape):
-    import keras
-    layer = keras.layers.BatchNormalization()
+def _normalisation_train_step(layer, shape, seed):
+    """A Keras normalisation layer's train step (relu, squared loss) compiled and compared
+    with TF's executor; the compiled function and its input."""
     layer.build(shape)
-    x = _input(shape, 7)
+    x = _input(shape, seed)
 
     def step(x):
         with tf.GradientTape() as tape:
@@ -220,6 +218,14 @@ def test_batch_normalisation_train_step_matches_tensorflow(shape):
     for got, want in zip(fn(x), tf.function(step)(x)):
         scale = max(float(np.max(np.abs(want.numpy()))), 1.0)
         assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5 * scale)
+    return fn, x
+
+
+@pytest.mark.parametrize("shape", [(16, 13, 13, 32), (3, 5, 7, 17), (2, 3, 3, 130), (1, 1, 1, 64)],
+                         ids=["bn", "prime-channels", "wide", "one-pixel"])
+def test_batch_normalisation_train_step_matches_tensorflow(shape):
+    import keras
+    fn, x = _normalisation_train_step(keras.layers.BatchNormalization(), shape, 7)
     if shape[-1] >= 16 and np.prod(shape[:-1]) > 1:      # dy and dy * xhat summed in one pass,
         # dy written by the same kernel where it is large
         big = np.prod(shape) >= fusion.PRODUCER_MIN_ELEMENTS
@@ -231,19 +237,7 @@ def test_batch_normalisation_train_step_matches_tensorflow(shape):
                          ids=["encoder", "one-row", "prime-features"])
 def test_layer_normalisation_train_step_matches_tensorflow(shape):
     import keras
-    layer = keras.layers.LayerNormalization()
-    layer.build(shape)
-    x = _input(shape, 10)
-
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(tf.nn.relu(layer(x)) ** 2)
-        return tape.gradient(loss, [x] + layer.trainable_variables)
-    fn = tfjit.function(step, jit_compile=True)
-    for got, want in zip(fn(x), tf.function(step)(x)):
-        scale = max(float(np.max(np.abs(want.numpy()))), 1.0)
-        assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=2e-5 * scale)
+    fn, x = _normalisation_train_step(keras.layers.LayerNormalization(), shape, 10)
     if shape == (8, 128, 256):       # the scale's and offset's gradients, and what they sum
         assert any(len(reductions(k)) == 2 and k.elementwise_at for k in fn.compiled(x).fusions)
 

@@ -410,13 +410,9 @@ def _merge_producers(b: _Builder, fusions: list) -> list:
                             r.outer, elementwise_at=at)
             if size > MAX_OPERANDS_AND_OUTPUTS or not column_candidate(merged):
                 continue
-            r.roots, r.instrs, r.elementwise_at = merged.roots, merged.instrs, at
-            r.notes += p.notes + [f"{p.name} merged into {r.name}: it computes {p.name}'s "
-                                  f"roots where its loops visit them, at {at}"]
-            for i in p.instrs:
-                b.owner[i] = r
-            rd[r] = (rd[r] | rd.pop(p)) - set(p.roots)
-            levels.merge(r, p)
+            r.elementwise_at = at
+            _absorb(b, r, p, merged.roots, rd, levels, f"it computes {p.name}'s roots where "
+                    f"its loops visit them, at {at}")
             gone.add(p)
             break
     for r in fusions:           # reductions of the values r now computes, where it does
@@ -431,19 +427,25 @@ def _merge_producers(b: _Builder, fusions: list) -> list:
             if len((rd[r] | rd[c]) - set(r.roots)) + len(r.roots) + len(c.roots) > MAX_OPERANDS_AND_OUTPUTS:
                 continue
             sums = reductions(r)
-            r.roots = sums + c.roots + [x for x in r.roots if x not in sums]
-            r.instrs += c.instrs
-            r.notes += c.notes + [f"{c.name} merged into {r.name}: it reduces values "
-                                  f"{r.name} computes, at the points it computes them"]
-            for i in c.instrs:
-                b.owner[i] = r
-            rd[r] = (rd[r] | rd.pop(c)) - set(r.roots)
-            levels.merge(r, c)
+            _absorb(b, r, c, sums + c.roots + [x for x in r.roots if x not in sums], rd, levels,
+                    f"it reduces values {r.name} computes, at the points it computes them")
             gone.add(c)
     fusions = [f for f in fusions if f not in gone]
     for f in fusions:
         f.instrs.sort(key=b.order.get)
     return fusions
+
+
+def _absorb(b: _Builder, r: Fusion, y: Fusion, roots: list, rd: dict, levels: KernelGraph,
+            why: str) -> None:
+    """Kernel y's instructions now belong to r, whose roots become ``roots``."""
+    r.roots = roots
+    r.instrs += y.instrs
+    r.notes += y.notes + [f"{y.name} merged into {r.name}: {why}"]
+    for i in y.instrs:
+        b.owner[i] = r
+    rd[r] = (rd[r] | rd.pop(y)) - set(roots)
+    levels.merge(r, y)
 
 
 def _visited_once(r: Fusion, p: Fusion) -> tuple | None:
