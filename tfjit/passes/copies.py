@@ -21,8 +21,9 @@ flow, dynamic-update-slice, and data movement they read in place), not an output
 whose chain is at most ``MAX_CHAIN`` cheap elementwise instructions (``CHEAP``: no
 transcendental, no division) or transposes (sum, max and min over axis 0 of ``x * 2``
 read one transpose of it: written transposed by a kernel of its own, then read by
-three, where each reduction can read ``x`` along its columns), and non-cheap broadcasts (a broadcast of a parameter or constant is recomputed
-wherever read already) whose inner instructions nothing else reads, and reads at
+three, where each reduction can read ``x`` along its columns), and non-cheap
+broadcasts (a broadcast of a parameter or constant is recomputed wherever read
+already) whose inner instructions nothing else reads, and reads at
 most one full-size value: with two, n copies would read 2n buffers where the
 value costs n + 3 passes.  Where the readers end up in one kernel anyway, the
 copies are the same arithmetic done twice in registers.

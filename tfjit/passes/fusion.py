@@ -14,8 +14,10 @@ The kernel kinds:
 * ``loop``    roots share one shape; a parallel loop over rows (all dims but the
               last) and an inner, vectorisable loop over the last dim.
 * ``reduce``  roots are reductions of one operand shape; a parallel loop over
-              output elements and an inner loop over the reduced dims (several
-              roots only for column reductions that read a common input).
+              output elements and an inner loop over the reduced dims.  Column
+              reductions of one shape that read a common input share a kernel,
+              and one may also compute and write the loop kernel it reads
+              (``Fusion.elementwise_at``; ``_merge_producers``).
 * ``library`` one runtime-library call (dot, convolution: ``Kind.LIBRARY``).  Its
               operands must be dense buffers, so each is a parameter or a kernel
               root of its own -- cheap values included, which are otherwise never
