@@ -403,8 +403,9 @@ def _merge_producers(b: _Builder, fusions: list) -> list:
     for r in fusions:
         if r in gone or not _column_sibling(r):
             continue
+        sym = symbolic_reads(r)
         for p in sorted({b.owner[x] for x in rd[r] if x in b.owner} - {r} - gone, key=position.get):
-            at = _visited_once(r, p)
+            at = _visited_once(r, p, sym)
             if at is None or any(levels.depends(k, p) for k in levels.producers[r] - {p}):
                 continue                    # (another kernel r reads needs p's result)
             size = len((rd[r] | rd[p]) - set(p.roots)) + len(r.roots) + len(p.roots)
@@ -418,8 +419,9 @@ def _merge_producers(b: _Builder, fusions: list) -> list:
             gone.add(p)
             break
     for r in fusions:           # reductions of the values r now computes, where it does
-        for c in sorted(levels.consumers.get(r, ()) if r.elementwise_at and r not in gone else (),
-                        key=position.get):
+        if not r.elementwise_at or r in gone:
+            continue
+        for c in sorted(levels.consumers[r], key=position.get):
             if c in gone or c.elementwise_at or not _column_sibling(c, r) or any(
                     levels.depends(k, r) for k in levels.producers[c] - {r}):
                 continue
@@ -450,17 +452,17 @@ def _absorb(b: _Builder, r: Fusion, y: Fusion, roots: list, rd: dict, levels: Ke
     levels.merge(r, y)
 
 
-def _visited_once(r: Fusion, p: Fusion) -> tuple | None:
+def _visited_once(r: Fusion, p: Fusion, sym: dict) -> tuple | None:
     """The index, in the names of column reduction r's dims, at which r reads loop
-    kernel p's roots, where it is one for all of them, names each of r's dims once
-    (each of p's points read once) and ends in r's last output dim (p's result is
-    written along the outputs, as the reduction reads); else None."""
+    kernel p's roots (``sym``: r's symbolic reads), where it is one for all of them,
+    names each of r's dims once (each of p's points read once) and ends in r's last
+    output dim (p's result is written along the outputs, as the reduction reads);
+    else None."""
     if p.kind != "loop" or p.hoisted or math.prod(p.shape) != math.prod(r.shape) \
             or math.prod(p.shape) < PRODUCER_MIN_ELEMENTS:
         return None
     names = row_names(r.outer) + tuple(f"r{k}" for k in range(len(r.shape) - r.outer))
-    seen = {x: idxs for x, idxs in symbolic_reads(r).items() if x in p.roots}
-    at = {idx for idxs in seen.values() for idx in idxs}
+    at = {idx for x, idxs in sym.items() if x in p.roots for idx in idxs}
     if len(at) != 1:
         return None
     (at,) = at
