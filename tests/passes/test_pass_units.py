@@ -111,13 +111,23 @@ def _scaled_by_a_sum(shape: str, reduced: str, ndims: int, dims: str) -> str:
 ])
 def test_a_reduction_is_hoisted_only_where_rows_do_not_recompute_it_at_length(
         shape, reduced, ndims, dims, hoisted):
-    o = pipeline.optimize(parse_module(_scaled_by_a_sum(shape, reduced, ndims, dims)),
-                          pipeline.Options(verify=True))
-    loop = next(f for f in o.fusions if f.kind == "loop")
-    assert bool(loop.hoisted) == hoisted, [f.notes for f in o.fusions]
+    m = parse_module(_scaled_by_a_sum(shape, reduced, ndims, dims))
+    fusions = fusion.fuse(m)        # the policy alone (collapse-dims would make [4, 2048])
+    verify.fusions(m, fusions)
+    loop = next(f for f in fusions if f.kind == "loop")
+    assert bool(loop.hoisted) == hoisted, [f.notes for f in fusions]
     if not hoisted:
-        (red,) = [f for f in o.fusions if f.kind == "reduce"]
+        (red,) = [f for f in fusions if f.kind == "reduce"]
         assert "would be recomputed by" in red.notes[0], red.notes
+
+
+def test_collapsed_rows_each_compute_their_own_statistic():
+    """[4, 64, 32] * sum(y [4, 2048], 1)[:, None, None]: collapse-dims makes the kernel
+    [4, 2048], one output per row, and the sum is hoisted into it."""
+    o = pipeline.optimize(parse_module(_scaled_by_a_sum("4,64,32", "4,2048", 1, "0")),
+                          pipeline.Options(verify=True))
+    (loop,) = o.fusions
+    assert loop.shape == (4, 2048) and loop.hoisted
 
 
 def test_buffer_assignment_slots_and_aligned_temps():
@@ -143,7 +153,7 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction",
-                                      "cancel-transposes", "two-stage-reductions", "dce",
+                                      "cancel-transposes", "two-stage-reductions", "dce", "collapse-dims",
                                       "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",
                                       "concurrency"]
 

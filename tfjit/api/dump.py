@@ -18,7 +18,7 @@ the CPU), ``module_NNNN.<name>.ptx``, the module's PTX for that arch, or a line
 saying why the GPU cannot run it;
 with ``--tfjit_dump_pass_re=REGEX``, ``module_NNNN.<name>.<seq>.<pass>.txt`` for every
 pass whose name the regex matches anywhere (``re.search``; passes: cse, dce,
-flatten-reductions, fusion, buffer-assignment, concurrency, see pipeline.PIPELINE), the IR
+collapse-dims, flatten-reductions, fusion, buffer-assignment, concurrency, see pipeline.PIPELINE), the IR
 after that pass plus the kernels, the buffer plan or the concurrent groups it produced.  ``--tfjit_bug_report=DIR`` dumps the same
 into ``DIR/modules`` and keeps ``DIR/README.md`` current (api/bug_report.py).
 

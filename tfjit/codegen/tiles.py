@@ -77,7 +77,15 @@ def _stageable(t, reads) -> bool:
     """Whether transpose ``t``'s tiles can be loaded as vectors and transposed in
     registers: its operand is in memory, and held in registers as it is stored (not a
     half, whose registers hold f32, nor a bool, held as one bit)."""
-    return t.operands[0] in reads and storage_type(t.dtype) == value_type(t.dtype)
+    return _buffer(t.operands[0], reads) is not None and storage_type(t.dtype) == value_type(t.dtype)
+
+
+def _buffer(x, reads):
+    """The value in memory whose bytes ``x`` is: ``x``, or what a row-major reshape
+    reads (passes/collapse.py reads collapsed parameters that way); None if neither."""
+    while x not in reads and x.op is Op.RESHAPE:
+        x = x.operands[0]
+    return x if x in reads else None
 
 
 def computed(f) -> list:
@@ -184,7 +192,7 @@ class TiledRows:
         stride = math.prod(x.shape[perm[-1] + 1:])      # between the operand's rows
         st = storage_type(x.dtype)
         vec = ir.VectorType(st, TILE_ROWS)
-        ptr = self.ptrs[self.plan.slots[x][0]]
+        ptr = self.ptrs[self.plan.slots[_buffer(x, self.reads)][0]]
         rows = [b.load(b.gep(ptr, [b.add(base, i64(k * stride))], source_etype=st), typ=vec,
                        align=x.dtype.itemsize) for k in range(TILE_COLUMNS)]
         buf = self._entry_alloca(st, TILE_ROWS * TILE_COLUMNS)

@@ -89,9 +89,9 @@ def _instr(c: Module, i, after: str) -> None:
                   f"which has {len(t.results)}")
 
 
-def fusions(m: Module, kernels: list, after: str = "fusion") -> None:
+def fusions(m: Module, kernels: list, after: str = "fusion", top: bool = True) -> None:
     """Checks the kernels of ``m`` (and those of the computations control kernels call)."""
-    from tfjit.passes.fusion import in_memory, is_cheap
+    from tfjit.passes.fusion import in_memory, is_cheap, output_views
     written = {}
     for f in kernels:
         inside = set(f.instrs)
@@ -110,9 +110,10 @@ def fusions(m: Module, kernels: list, after: str = "fusion") -> None:
         if f.called:
             (control,) = [i for i in f.instrs if i.op in (Op.WHILE, Op.CONDITIONAL)]
             for callee, called in zip(control.called, f.called):
-                fusions(callee, called, after)
+                fusions(callee, called, after, top=False)
+    views = output_views(m) if top else {}
     for o in m.outputs:
-        if not in_memory(o) and o not in written:
+        if not in_memory(o) and views.get(o, o) not in written:
             _fail(after, m, f"output {o.name} is not written by any kernel")
 
 

@@ -115,11 +115,12 @@ def assign(m: Module, fusions: list) -> BufferPlan:
     n_in, n_out = len(m.params), len(m.outputs)
     slots = {p: [p.index] for p in m.params}
     output_source = [-1] * n_out
+    views = fusion_mod.output_views(m)    # the reshaped value's kernel writes the output
     for k, o in enumerate(m.outputs):
         if o.op is Op.PARAMETER:
             output_source[k] = o.index
         else:
-            slots.setdefault(o, []).append(n_in + k)
+            slots.setdefault(views.get(o, o), []).append(n_in + k)
     plan = BufferPlan(n_in, n_out, slots, [], {}, output_source)
     _Assigner(plan).place(m, fusions)
     place_temps(plan, fusions)

@@ -121,7 +121,8 @@ class _Builder:
         elements = [u for u in self.users[i] if u.op is Op.GET_TUPLE_ELEMENT]
         kind = KernelKind.WHILE if i.op is Op.WHILE else KernelKind.CONDITIONAL
         f = Fusion(f"fusion.{len(self.fusions)}", kind, elements, [i] + elements, (), 0)
-        f.called = [fuse(c, loop_body=i.op is Op.WHILE and n == 1) for n, c in enumerate(i.called)]
+        f.called = [fuse(c, loop_body=i.op is Op.WHILE and n == 1, views=False)
+                    for n, c in enumerate(i.called)]
         f.notes.append(f"{i!r} is a {kind}: its computations run as kernels of their own")
         self.fusions.append(f)
         for x in f.instrs:
@@ -198,17 +199,23 @@ def library_source(f: Fusion, x: Instr) -> Instr:
     return x
 
 
-def fuse(m: Module, loop_body: bool = False) -> list:
+def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
     """Partitions the module's non-cheap instructions into kernels, in execution order.
 
     ``loop_body``: ``m`` is a while body (output k is the next value of parameter k);
     kernels that write a next value are scheduled after the kernels that read the
     current one where dependencies allow, so the value can be updated in place
-    (passes/buffers.py)."""
+    (passes/buffers.py).  ``views``: outputs that are reshapes of a computed value
+    (``output_views``) get no kernel; the value's kernel writes the output (the top-level
+    module only: buffers.assign places them)."""
     b = _Builder(m)
     outputs = set(m.outputs)
+    view_of = output_views(m) if views else {}
+    viewed = set(view_of.values())
     for i in reversed(m.instrs):
         if in_memory(i):           # an output among them is copied by its producer (buffers.py)
+            continue
+        if i in view_of:
             continue
         if i.op in (Op.WHILE, Op.CONDITIONAL):
             b.control(i)
@@ -237,6 +244,9 @@ def fuse(m: Module, loop_body: bool = False) -> list:
             b.owner[u].kind in CONTROL or b.owner[u].kind == "update" and i in u.operands[:2])]
         if dense:
             b.start(i, f"it is an operand of {dense[0]!r} (read from memory)")
+            continue
+        if i in viewed:         # (a cheap one too: a transpose written as an output)
+            b.start(i, "it is a module output, seen through a reshape (which moves no data)")
             continue
         if is_cheap(i) and i not in outputs:
             continue
@@ -274,6 +284,27 @@ def fuse(m: Module, loop_body: bool = False) -> list:
             if any(p in reads(g) for p in nexts for g in fusions if g is not f):
                 late.add(f)
     return _schedule(fusions, b.order, late)
+
+
+def output_views(m: Module) -> dict:
+    """{output reshape: the value it reshapes}: outputs that are a row-major reshape of a
+    computed value (not a parameter or a while's result) that no instruction reads.  That kernel writes the output's buffer, as the reshape's bytes
+    are the value's (passes/collapse.py makes such outputs).  Outputs with views (rows
+    that depend on the data, variable updates, complex and quantized values) are not."""
+    n, users = len(m.outputs), None
+    special = set(m.output_rows) | set(m.complex_outputs) | set(m.quantized_outputs) \
+        | set(range(n - len(m.updates), n))
+    out = {}
+    for j, o in enumerate(m.outputs):
+        if o.op is not Op.RESHAPE or j in special or m.outputs.count(o) > 1:
+            continue
+        x = o.operands[0]
+        if in_memory(x) or x.is_tuple or x in m.outputs:
+            continue
+        users = users if users is not None else m.users()
+        if not users[o]:
+            out[o] = x
+    return out
 
 
 def walk(fusions: list):

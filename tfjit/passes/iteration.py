@@ -68,7 +68,10 @@ def symbolic_reads(f: Fusion) -> dict:
         if (i, idx) in seen:
             continue
         seen.add((i, idx))
-        if i.op is Op.PARAMETER or (i not in inside and not is_cheap(i)):
+        if _buffer(i, inside) or (i.op is Op.RESHAPE and _buffer(i.operands[0], inside)
+                                  and split_owners(i.operands[0].shape, i.shape) is None):
+            # (a reshape that merges a buffer's dims, passes/collapse.py's: its own index
+            # names the buffer's bytes, row-major; one that only splits maps below)
             out.setdefault(i, set()).add(idx)
             continue
         for k, o in enumerate(i.operands):
@@ -77,6 +80,10 @@ def symbolic_reads(f: Fusion) -> dict:
                 mapped = _split_index(o, i, idx)
             stack.append((o, mapped if mapped is not None else "opaque"))
     return out
+
+
+def _buffer(i: Instr, inside: set) -> bool:
+    return i.op is Op.PARAMETER or (i not in inside and not is_cheap(i))
 
 
 def _split_index(x: Instr, y: Instr, idx: tuple) -> tuple | None:

@@ -168,7 +168,7 @@ def _flat_chain(x: Instr, reduce: Instr, users: dict, outputs: set) -> list | No
         if y in seen:
             return True
         seen.add(y)
-        if y.op in _IN_MEMORY or (y.op is Op.BROADCAST and y.operands[0].rank == 0):
+        if _in_memory(y) or (y.op is Op.BROADCAST and y.operands[0].rank == 0):
             order.append(y)
             return True
         if y.op.kind is not Kind.ELEMENTWISE or not all(visit(o) for o in y.operands):
@@ -178,14 +178,21 @@ def _flat_chain(x: Instr, reduce: Instr, users: dict, outputs: set) -> list | No
     if not visit(x):
         return None
     inside |= set(order)
-    if any(y.op not in _IN_MEMORY and y.op is not Op.BROADCAST
+    if any(not _in_memory(y) and y.op is not Op.BROADCAST
            and (y in outputs or not set(users[y]) <= inside) for y in order):
         return None
     return order
 
 
+def _in_memory(y: Instr) -> bool:
+    """A parameter or a while's result, or a reshape of one (passes/collapse.py's)."""
+    return y.op in _IN_MEMORY or (y.op is Op.RESHAPE and _in_memory(y.operands[0]))
+
+
 def _flat_copy(y: Instr, shape: tuple, made: dict, name: str) -> Instr:
-    if y.op in _IN_MEMORY:        # a row-major reshape: no data moves
+    if _in_memory(y):             # a row-major reshape: no data moves
+        while y.op is Op.RESHAPE:
+            y = y.operands[0]
         return Instr(Op.RESHAPE, y.dtype, shape, (y,), name=f"{name}.{y.name}", source=y.source)
     if y.op is Op.BROADCAST:
         return Instr(Op.BROADCAST, y.dtype, shape, y.operands, {"dims": ()},
