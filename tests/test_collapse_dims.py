@@ -120,6 +120,12 @@ def test_a_size_one_dim_broadcast_keeps_its_place():
   ROOT (%reduce.0)
 }
 """),
+    ("unit dims gain nothing", """module m {
+  %p0 = f32[1,1,5] parameter(0)
+  %exp.0 = f32[1,1,5] exp(%p0)
+  ROOT (%exp.0)
+}
+"""),
     ("a broadcast maps one of the two", """module m {
   %p0 = f32[3,4] parameter(0)
   %p1 = f32[4] parameter(1)
@@ -131,6 +137,28 @@ def test_a_size_one_dim_broadcast_keeps_its_place():
 ])
 def test_left_alone(why, text):
     assert not CollapseDims().run(parse_module(text)), why
+
+
+@pytest.mark.parametrize("value,output,view", [
+    ("4,6,20", "4,6,4,5", True),        # written where the collapsed value is
+    ("4,120", "4,6,4,5", True),
+    ("8,4,8,8", "8,4,64", False),       # its rows would be 8 long where the output's are 64
+    ("4,6,4,5", "4,120", False),
+])
+def test_an_output_reshape_is_written_by_its_value_s_kernel_unless_its_rows_are_shorter(
+        value, output, view):
+    m = parse_module(f"""module m {{
+  %p0 = f32[{value}] parameter(0)
+  %exp.0 = f32[{value}] exp(%p0)
+  %reshape.1 = f32[{output}] reshape(%exp.0)
+  ROOT (%reshape.1)
+}}
+""")
+    assert bool(fusion.output_views(m)) == view
+    kernels = fusion.fuse(m)
+    verify.fusions(m, kernels)
+    (k,) = kernels
+    assert k.roots[0].op is (Op.EXP if view else Op.RESHAPE)
 
 
 def test_a_dot_reads_its_own_reshape_back_in_place():

@@ -135,6 +135,9 @@ class _Classes:
         for i in m.instrs:
             if (not _rebuilt(i) and not _in_memory(i)) or 0 in i.shape:
                 block(i)
+            # A unit dim merged gains nothing and costs a reshape: EfficientNetB0's
+            # train step had 250 of [1, 1, 1, C] -> [1, C]
+            self.blocked.update(c for c, n in zip(self.of(i), i.shape) if n == 1)
             if i.op.kind in _READS_DENSE:
                 for o in i.operands:
                     block(o)
