@@ -81,6 +81,7 @@ class _Classes:
                 self.parent[(i, d)] = (i, d)
         for i in m.instrs:
             self._link(i)
+        self.cls = {i: [self.find((i, d)) for d in range(i.rank)] for i in m.instrs}
         self.blocked = set()
         self.apart: set = set()      # (A, B) pairs that would make a value one dim
         self._block(m)
@@ -104,7 +105,8 @@ class _Classes:
         self.parent[self.find(a)] = self.find(b)
 
     def of(self, i: Instr) -> list:
-        return [self.find((i, d)) for d in range(i.rank)]
+        """``i``'s dim classes (once every link is made)."""
+        return self.cls[i]
 
     def _link(self, i: Instr) -> None:
         if i.op.kind is Kind.ELEMENTWISE:
@@ -153,6 +155,8 @@ class _Classes:
 
     def groups(self, i: Instr) -> list:
         """``i``'s dims in runs that collapse into one: [[0], [1], [2, 3]]."""
+        if i.rank < 2:
+            return [[0]] if i.rank else []
         cls, out = self.of(i), []
         for d in range(i.rank):
             if d and self.merges(cls[d - 1], cls[d]):
