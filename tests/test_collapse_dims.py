@@ -17,6 +17,7 @@ import tensorflow as tf
 import tfjit
 from ir_passes import run_pass, same_values
 from oracle import assert_matches
+from tfjit.codegen import nvptx
 from tfjit.ir import verify
 from tfjit.ir.ops import Op
 from tfjit.ir.parse import parse_module
@@ -258,3 +259,17 @@ def test_a_dot_of_a_collapsed_softmax_matches_tf():
     got = tfjit.function(fn, jit_compile=True)(x, w)
     for a, e in zip(got, fn(x, w)):
         assert_matches(a, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(nvptx.ptxas() is None, reason="no ptxas (CUDA toolkit) here")
+def test_the_collapsed_softmax_and_transpose_assemble_for_the_gpu():
+    """The GPU's tile rows and transposed reads over collapsed dims (no device here: the
+    PTX is assembled for sm_90 by ptxas)."""
+    x = tf.constant(np.ones((16, 16, 12, 12), np.float32))
+
+    def f(x):
+        return tf.nn.softmax(x, axis=1), tf.transpose(x, [0, 2, 3, 1]) * 2
+    fn = tfjit.function(f, jit_compile=True)
+    assert any(144 in k.shape for k in fn.compiled(x).fusions)
+    ptx = fn.experimental_get_compiler_ir(x)(stage="ptx", arch="sm_90")
+    assert nvptx.assemble(ptx, "sm_90")[:4] == b"\x7fELF"
