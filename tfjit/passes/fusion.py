@@ -288,9 +288,10 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
 
 def output_views(m: Module) -> dict:
     """{output reshape: the value it reshapes}: outputs that are a row-major reshape of a
-    computed value (not a parameter or a while's result) that no instruction reads.  That kernel writes the output's buffer, as the reshape's bytes
-    are the value's (passes/collapse.py makes such outputs).  Outputs with views (rows
-    that depend on the data, variable updates, complex and quantized values) are not."""
+    computed value (not a parameter or a while's result) that no instruction reads.  The
+    value's kernel writes the output's buffer, as the reshape's bytes are the value's
+    (passes/collapse.py makes such outputs).  Outputs with views (rows that depend on
+    the data, variable updates, complex and quantized values) are not."""
     n, users = len(m.outputs), None
     special = set(m.output_rows) | set(m.complex_outputs) | set(m.quantized_outputs) \
         | set(range(n - len(m.updates), n))
