@@ -145,6 +145,7 @@ def test_left_alone(why, text):
     ("4,120", "4,6,4,5", True),
     ("8,4,8,8", "8,4,64", False),       # its rows would be 8 long where the output's are 64
     ("4,6,4,5", "4,120", False),
+    ("8,2,128", "8,256", True),         # rows of 128 are long enough (tf.tile's layout)
 ])
 def test_an_output_reshape_is_written_by_its_value_s_kernel_unless_its_rows_are_shorter(
         value, output, view):
@@ -160,6 +161,14 @@ def test_an_output_reshape_is_written_by_its_value_s_kernel_unless_its_rows_are_
     verify.fusions(m, kernels)
     (k,) = kernels
     assert k.roots[0].op is (Op.EXP if view else Op.RESHAPE)
+
+
+def test_tile_is_written_by_its_broadcast_kernel():
+    x = tf.constant(np.random.default_rng(6).standard_normal((100, 257)).astype(np.float32))
+    f = tfjit.function(lambda x: tf.tile(x, [3, 2]), jit_compile=True)
+    assert_matches(f(x), tf.tile(x, [3, 2]), rtol=0, atol=0)
+    (k,) = f.compiled(x).fusions
+    assert k.roots[0].op is Op.BROADCAST and k.shape == (3, 100, 2, 257)
 
 
 def test_a_dot_reads_its_own_reshape_back_in_place():

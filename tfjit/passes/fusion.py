@@ -64,6 +64,7 @@ from tfjit.passes.kernels import (CONTROL, OWN_KERNEL, Fusion, KernelKind, in_me
 
 MAX_OPERANDS_AND_OUTPUTS = 64   # buffers a merge of sibling kernels may read and write (as XLA)
 PRODUCER_MIN_ELEMENTS = 1 << 15  # loop kernels merged into a column reduction that reads them
+VIEW_MIN_ROW = 64               # elements per row of a kernel that writes an output's reshape
 
 
 _OWN_KERNEL_WHY = {
@@ -302,9 +303,12 @@ def output_views(m: Module) -> dict:
         x = o.operands[0]
         if in_memory(x) or x.is_tuple or x in m.outputs:
             continue
-        if x.shape and o.shape and x.shape[-1] < o.shape[-1]:
-            # The output's kernel iterates the value's shape: group norm's [8, 32, 32, 64]
-            # output of [8, 32, 32, 8, 8] ran rows of 8 (its train step 1.3x slower)
+        if x.shape and o.shape and x.shape[-1] < min(o.shape[-1], VIEW_MIN_ROW):
+            # The kernel iterates the value's shape, in rows of its last dim: group norm's
+            # [8, 32, 32, 64] output of [8, 32, 32, 8, 8] ran rows of 8 (its train step
+            # 1.3x slower).  Rows of 1024 are long enough: tf.tile([1024, 1024], (2, 2)) as
+            # [2, 1024, 2, 1024] reads its operand's rows whole (1.34 -> 0.81 ms), where
+            # the output's rows of 2048 took each element's index apart.
             continue
         users = users if users is not None else m.users()
         if not users[o]:
