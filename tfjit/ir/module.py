@@ -74,6 +74,14 @@ class Instr:
         return f"%{self.name}"
 
 
+def reshaped_source(x: Instr) -> Instr:
+    """What ``x`` reshapes, through any chain of reshapes (row-major: the same bytes);
+    ``x`` itself when it is no reshape."""
+    while x.op is Op.RESHAPE:
+        x = x.operands[0]
+    return x
+
+
 def _check_types(op: Op, operand: dt.DType, result: dt.DType | None) -> None:
     """Element types the bit-level, libm and RNG ops accept (others are checked by their users)."""
     if op in SHIFTS and not operand.is_int:
@@ -172,6 +180,14 @@ class Module:
         return [(dt.from_name(p.attrs["complex"]), p.shape[:-1]) if "complex" in p.attrs
                 else (dt.from_name(p.attrs["quantized"]), p.shape) if "quantized" in p.attrs
                 else (p.dtype, p.shape) for p in self.params]
+
+    def outputs_with_views(self) -> set:
+        """Positions of the outputs whose buffer is read through a view: rows that depend
+        on the data, variable updates, complex and quantized values (their shape is the
+        buffer's contract with the launch op)."""
+        n = len(self.outputs)
+        return set(self.output_rows) | set(self.complex_outputs) | set(self.quantized_outputs) \
+            | set(range(n - len(self.updates), n))
 
     def boundary_outputs(self) -> list:
         """[(DType, shape)] of the outputs as TensorFlow sees them (see boundary_params)."""

@@ -32,11 +32,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tfjit.ir.module import Instr, Module
+from tfjit.ir.module import Instr, Module, reshaped_source
 from tfjit.ir.ops import Kind, Op
+from tfjit.passes.kernels import in_memory
 
 _REBUILT = (Op.BROADCAST, Op.TRANSPOSE, Op.REDUCE, Op.CONSTANT)   # and every elementwise op
-_IN_MEMORY = (Op.PARAMETER, Op.GET_TUPLE_ELEMENT)
 _WRITES_MEMORY = (Kind.LIBRARY, Kind.UPDATE, Kind.SCATTER, Kind.SCAN, Kind.SORT)
 _READS_DENSE = (Kind.CONTROL, Kind.UPDATE, Kind.SCATTER, Kind.SCAN, Kind.SORT)
 
@@ -46,10 +46,9 @@ def _rebuilt(i: Instr) -> bool:
 
 
 def _in_memory(i: Instr) -> bool:
-    """A value whose row-major reshape is free to read."""
-    if i.op is Op.RESHAPE:
-        return _in_memory(i.operands[0])
-    return i.op in _IN_MEMORY or (i.op.kind in _WRITES_MEMORY and not i.is_tuple)
+    """A value whose row-major reshape is free to read (or a reshape of one)."""
+    i = reshaped_source(i)
+    return in_memory(i) or (i.op.kind in _WRITES_MEMORY and not i.is_tuple)
 
 
 class CollapseDims:
@@ -143,10 +142,7 @@ class _Classes:
             if i.op.kind in _READS_DENSE:
                 for o in i.operands:
                     block(o)
-        n = len(m.outputs)
-        views = set(m.output_rows) | set(m.complex_outputs) | set(m.quantized_outputs) \
-            | set(range(n - len(m.updates), n))
-        for j in views:
+        for j in m.outputs_with_views():
             block(m.outputs[j])
 
     def merges(self, a, b) -> bool:
@@ -211,10 +207,7 @@ class _Rewrite:
         if x in self.new or not self.changed(x):
             return self.new.get(x, x)
         if x not in self.leaf:
-            base = x
-            while base.op is Op.RESHAPE:
-                base = base.operands[0]
-            self.leaf[x] = Instr(Op.RESHAPE, x.dtype, self.shape(x), (base,),
+            self.leaf[x] = Instr(Op.RESHAPE, x.dtype, self.shape(x), (reshaped_source(x),),
                                  name=f"{x.name}.collapsed", source=x.source)
             out.append(self.leaf[x])
         return self.leaf[x]

@@ -293,10 +293,7 @@ def output_views(m: Module) -> dict:
     value's kernel writes the output's buffer, as the reshape's bytes are the value's
     (passes/collapse.py makes such outputs).  Outputs with views (rows that depend on
     the data, variable updates, complex and quantized values) are not."""
-    n, users = len(m.outputs), None
-    special = set(m.output_rows) | set(m.complex_outputs) | set(m.quantized_outputs) \
-        | set(range(n - len(m.updates), n))
-    out = {}
+    special, users, out = m.outputs_with_views(), None, {}
     for j, o in enumerate(m.outputs):
         if o.op is not Op.RESHAPE or j in special or m.outputs.count(o) > 1:
             continue

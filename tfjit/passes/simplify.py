@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import Instr, Module
+from tfjit.ir.module import Instr, Module, reshaped_source
 from tfjit.ir.ops import Kind, Op
 
 
@@ -186,13 +186,12 @@ def _flat_chain(x: Instr, reduce: Instr, users: dict, outputs: set) -> list | No
 
 def _in_memory(y: Instr) -> bool:
     """A parameter or a while's result, or a reshape of one (passes/collapse.py's)."""
-    return y.op in _IN_MEMORY or (y.op is Op.RESHAPE and _in_memory(y.operands[0]))
+    return reshaped_source(y).op in _IN_MEMORY
 
 
 def _flat_copy(y: Instr, shape: tuple, made: dict, name: str) -> Instr:
     if _in_memory(y):             # a row-major reshape: no data moves
-        while y.op is Op.RESHAPE:
-            y = y.operands[0]
+        y = reshaped_source(y)
         return Instr(Op.RESHAPE, y.dtype, shape, (y,), name=f"{name}.{y.name}", source=y.source)
     if y.op is Op.BROADCAST:
         return Instr(Op.BROADCAST, y.dtype, shape, y.operands, {"dims": ()},
