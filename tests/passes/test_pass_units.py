@@ -338,3 +338,26 @@ def test_no_extra_root_where_the_home_reads_the_other_reader_through_a_library_c
     o = pipeline.optimize(parse_module(THROUGH_IN_PLACE_RESHAPE), pipeline.Options(verify=True))
     (last,) = [f for f in o.fusions if any(r.op is Op.MUL for r in f.roots)]
     assert [r.op for r in last.roots] == [Op.MUL]
+
+
+CHAIN_INTO_A_CALL = """module chain {
+  %p0 = f32[4,6,8] parameter(0)
+  %p1 = f32[1,1,8,5] parameter(1)
+  %add.0 = f32[4,6,8] add(%p0, %p0)
+  %transpose.4 = f32[6,4,8] transpose(%add.0), perm={1,0,2}
+  %reshape.1 = f32[24,8] reshape(%transpose.4)
+  %reshape.2 = f32[2,12,1,8] reshape(%reshape.1)
+  %convolution.3 = f32[2,12,1,5] convolution(%reshape.2, %p1), dilations={1,1}, padding={0,0,0,0}, strides={1,1}
+  ROOT (%convolution.3)
+}
+"""
+
+
+def test_a_library_call_reads_a_chain_of_reshapes_of_a_kernels_value_in_place():
+    # Conv1D with a dilation (Keras) lowers to such a chain: the verifier followed one
+    # reshape and refused a partition the runtime reads correctly
+    m = parse_module(CHAIN_INTO_A_CALL)
+    kernels = fusion.fuse(m)
+    assert [f.kind for f in kernels] == ["loop", "library"]
+    assert sum("read in place" in n for n in kernels[1].notes) == 2, kernels[1].notes
+    verify.fusions(m, kernels)

@@ -91,7 +91,7 @@ def _instr(c: Module, i, after: str) -> None:
 
 def fusions(m: Module, kernels: list, after: str = "fusion", top: bool = True) -> None:
     """Checks the kernels of ``m`` (and those of the computations control kernels call)."""
-    from tfjit.passes.fusion import in_memory, is_cheap, output_views
+    from tfjit.passes.fusion import in_memory, is_cheap, library_source, output_views
     written = {}
     for f in kernels:
         inside = set(f.instrs)
@@ -103,7 +103,7 @@ def fusions(m: Module, kernels: list, after: str = "fusion", top: bool = True) -
             written[r] = f.name
         for i in f.instrs:
             for o in i.operands:
-                o = f.aliases.get(o, o)
+                o = library_source(f, o)        # a chain of reshapes read in place
                 if o not in inside and not in_memory(o) and o not in written and not is_cheap(o):
                     _fail(after, m, f"kernel {f.name} reads {o.name}, which no earlier kernel "
                           "writes and which is neither a parameter nor recomputed where read")
