@@ -1,4 +1,4 @@
-"""Lowerings of TF's 2-D pooling ops and their gradients (NHWC, as TF's CPU kernels).
+"""Lowerings of TF's 2-D and 3-D pooling ops and their gradients (NHWC, NDHWC, as TF's CPU kernels).
 
 A k×k window with stride s is k² strided slices of the padded input, one per
 window offset d; the pool is an elementwise chain over them, so the whole pool
@@ -20,6 +20,15 @@ pooling_ops_common.h), including their quirks:
   number of in-bounds elements (SAME padding does not count the padding);
   AvgPoolGrad multiplies by ``1 / count`` rounded to the type and adds.
 * float16/bfloat16 round after every operation, as Eigen's half types do.
+
+The 3-D ops (NDHWC: MaxPool3D, AvgPool3D and their gradients) are the same rules
+over one more window dim: what oneDNN's 3-D pools do, which TF runs by default on x86.
+TF's reference kernels (oneDNN off; Eigen's cuboid pooling) differ on special values
+only, in ways that follow Eigen's vectorisation rather than a rule: they start from
+-inf (a window of -inf gives -inf), let a NaN through or not depending on the channel
+lane and the window's shape, break ±0 ties either way, skip inputs equal to -FLT_MAX
+in AvgPool3D, and MaxPool3DGrad gives the gradient to every element within 1e-5 of
+the window's max (all ties) instead of the first.
 """
 from __future__ import annotations
 
@@ -57,16 +66,21 @@ class Dim:
         return (pos >= 0) & (pos < self.size)
 
 
+_3D_DTYPES = (dt.F32, dt.BF16)      # TF's CPU kernels for the 3-D pools
+
+
 def pool_dims(ctx: LowerCtx, shape: tuple, ksize: list, strides: list) -> list:
-    """TF's pooling geometry (GetWindowedOutputSize) for NHWC input ``shape``."""
+    """TF's pooling geometry (GetWindowedOutputSize) for NHWC input ``shape`` (NDHWC
+    for the 3-D ops)."""
     op = ctx.node.op
-    fmt = ctx.attr("data_format", b"NHWC")
-    if fmt not in (b"NHWC", b"NDHWC"):
-        raise Unsupported(f"Default {op} only supports NHWC on device type CPU (got {fmt.decode()})")
-    rank = len(shape)
-    if rank != 4 or len(ksize) != 4 or len(strides) != 4:
-        raise Unsupported(f"{op}: input must be 4-D with 4 ksize/strides entries, got shape {list(shape)}, "
-                          f"ksize {ksize}, strides {strides}")
+    rank, layout = (5, b"NDHWC") if "3D" in op else (4, b"NHWC")
+    fmt = ctx.attr("data_format", layout)
+    if fmt != layout:
+        raise Unsupported(f"Default {op} only supports {layout.decode()} on device type CPU "
+                          f"(got {fmt.decode()})")
+    if len(shape) != rank or len(ksize) != rank or len(strides) != rank:
+        raise Unsupported(f"{op}: input must be {rank}-D with {rank} ksize/strides entries, got "
+                          f"shape {list(shape)}, ksize {ksize}, strides {strides}")
     for field, values in (("ksize", ksize), ("stride", strides)):   # XLA's wording
         for dim, v in enumerate(values):
             if v <= 0:
@@ -200,6 +214,7 @@ def max_pool(m: Module, x: Instr, dims: list) -> Instr:
 
 
 @register("MaxPool", "MaxPoolV2", dtypes=NUMERIC, const_inputs=lambda node, _: _v2_window(node, 1))
+@register("MaxPool3D", dtypes=_3D_DTYPES)
 def _max_pool(ctx: LowerCtx):
     x = ctx.inputs[0]
     return max_pool(ctx.m, x, pool_dims(ctx, x.shape, *_window_attrs(ctx, 1)))
@@ -214,6 +229,7 @@ def window_counts(m: Module, dims: list, dtype: dt.DType):
 
 
 @register("AvgPool", dtypes=FLOATS)
+@register("AvgPool3D", dtypes=_3D_DTYPES)
 def _avg_pool(ctx: LowerCtx):
     m, x = ctx.m, ctx.inputs[0]
     dims = pool_dims(ctx, x.shape, *_window_attrs(ctx, 1))
@@ -330,6 +346,7 @@ def max_pool_grad(m: Module, x: Instr, grad: Instr, dims: list) -> Instr:
 
 @register("MaxPoolGrad", "MaxPoolGradV2", dtypes=NUMERIC,
           const_inputs=lambda node, _: _v2_window(node, 3))
+@register("MaxPool3DGrad", dtypes=_3D_DTYPES)
 def _max_pool_grad(ctx: LowerCtx):
     x, _, grad = ctx.inputs[:3]
     if grad.dtype is not x.dtype:
@@ -338,6 +355,7 @@ def _max_pool_grad(ctx: LowerCtx):
 
 
 @register("AvgPoolGrad", dtypes=FLOATS, const_inputs=(0,))
+@register("AvgPool3DGrad", dtypes=_3D_DTYPES, const_inputs=(0,))
 def _avg_pool_grad(ctx: LowerCtx):
     m = ctx.m
     shape = tuple(ctx.const_ints(0, "AvgPoolGrad's orig_input_shape"))

@@ -1,0 +1,210 @@
+"""Lowerings of TF's 3-D convolutions and their gradients (NDHWC, as TF's CPU kernels)
+onto the 2-D ``convolution`` library call (lower/conv.py).
+
+A filter [kd, kh, kw, C, O] over x [N, D, H, W, C] touches kd depth planes per output
+plane.  Gathering those planes side by side along the channels (the depth taps' im2col,
+``_depth_taps``: movement only, one loop kernel) gives P [N * Do, H, W, kd * C], and the
+3-D convolution is one 2-D convolution of P with the filter read as [kh, kw, kd * C, O]
+(channel index t * C + c for depth tap t): the depth stride, dilation and padding live
+in which planes P holds; the rows and columns are the 2-D call's own.  One library call
+with a kd-times deeper contraction, instead of kd calls whose results are added.
+
+* ``Conv3D``: as above.  With kd = 1, stride 1 and no depth padding P is x itself,
+  read in place through a reshape.
+* ``Conv3DBackpropFilterV2``: the 2-D filter gradient of P against the output
+  gradient [N * Do, Ho, Wo, O], read back as [kd, kh, kw, C, O].
+* ``Conv3DBackpropInputV2``: the 2-D input gradient gives dP; each depth tap's share
+  goes back to the planes it was gathered from (spread by the depth stride, shifted by
+  the tap's offset, summed over taps in tap order), and the depth padding is cut off.
+
+Dilations: the forward op takes any (depth dilation picks the planes, the rows' and
+columns' go to the 2-D call); the gradients are compiled undilated only, as TF's CPU
+kernels (Eigen's) run them.  NCDHW is refused, as TF's CPU kernels refuse it.
+"""
+from __future__ import annotations
+
+from tfjit import dtypes as dt
+from tfjit.ir.module import Instr, IRError
+from tfjit.ir.ops import Op
+from tfjit.lower.conv import _window
+from tfjit.lower.registry import Unsupported, register, text
+
+_DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
+
+
+def _spatial3(ctx, name: str) -> tuple:
+    """(planes, rows, cols) of a 5-element NDHWC attr (strides, dilations), checked."""
+    v = tuple(int(a) for a in (ctx.attr(name) or (1, 1, 1, 1, 1)))
+    if len(v) != 5 or v[0] != 1 or v[4] != 1 or min(v) < 1:
+        raise Unsupported(f"{ctx.node.op}: {name}={list(v)} (only spatial values > 0 are "
+                          "compiled, with 1 for the batch and channels)")
+    return v[1:4]
+
+
+def _check_format(ctx) -> None:
+    fmt = text(ctx.attr("data_format", b"NDHWC"))
+    if fmt != "NDHWC":
+        raise Unsupported(f"{ctx.node.op} with data_format={fmt} (TF's CPU kernels take NDHWC)")
+
+
+def _pads(ctx, in_size: tuple, window: tuple, strides: tuple) -> list:
+    """[(lo, hi)] per spatial dim for TF's SAME or VALID padding."""
+    kind = text(ctx.attr("padding"))
+    if kind == "VALID":
+        return [(0, 0)] * 3
+    if kind != "SAME":
+        raise Unsupported(f"{ctx.node.op}: padding={kind}")
+    out = []
+    for size, k, s in zip(in_size, window, strides):
+        total = max((-(-size // s) - 1) * s + k - size, 0)
+        out.append((total // 2, total - total // 2))
+    return out
+
+
+class _Geometry:
+    """One 3-D convolution's shapes: x [N, D, H, W, C], filter [kd, kh, kw, C, O]."""
+
+    def __init__(self, ctx, x_shape: tuple, w_shape: tuple, dilated_ok: bool):
+        if len(x_shape) != 5 or len(w_shape) != 5 or x_shape[4] != w_shape[3]:
+            raise Unsupported(f"{ctx.node.op} of {list(x_shape)} with filter {list(w_shape)}: "
+                              "5-D input and filter with matching depths are compiled "
+                              "(grouped 3-D convolutions are not)")
+        self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
+        self.strides, self.dil = _spatial3(ctx, "strides"), _spatial3(ctx, "dilations")
+        if not dilated_ok and self.dil != (1, 1, 1):
+            raise Unsupported(f"{ctx.node.op} with dilations {list(self.dil)}: dilated 3-D "
+                              "convolution gradients are not compiled (TF's CPU kernels "
+                              "refuse them too)")
+        windows = tuple(_window(k, d) for k, d in zip(w_shape[:3], self.dil))
+        self.pads = _pads(ctx, x_shape[1:4], windows, self.strides)
+        self.out = tuple((size + lo + hi - win) // s + 1 for size, (lo, hi), win, s
+                         in zip(x_shape[1:4], self.pads, windows, self.strides))
+        if min(self.out) < 1:
+            raise Unsupported(f"{ctx.node.op}: filter {list(w_shape)} is larger than the "
+                              f"padded input {list(x_shape)}")
+
+    @property
+    def hw_pads(self) -> tuple:
+        (top, bottom), (left, right) = self.pads[1], self.pads[2]
+        return top, bottom, left, right
+
+    @property
+    def taps_are_x(self) -> bool:
+        """P is x itself: one depth tap, stride 1, no depth padding."""
+        return self.w_shape[0] == 1 and self.strides[0] == 1 and self.pads[0] == (0, 0)
+
+    def p_shape(self) -> tuple:
+        n, _, h, w, c = self.x_shape
+        return (n * self.out[0], h, w, self.w_shape[0] * c)
+
+
+def _depth_taps(m, x: Instr, g: _Geometry) -> Instr:
+    """P [N * Do, H, W, kd * C]: for output plane o and tap t, plane o * sd + t * dd of
+    the depth-padded x, taps side by side along the channels."""
+    n, d, h, w, c = x.shape
+    kd, do = g.w_shape[0], g.out[0]
+    if g.taps_are_x:
+        return m.reshape(x, g.p_shape())
+    lo, hi = g.pads[0]
+    if lo or hi:
+        x = m.pad(x, m.scalar(0, x.dtype), (0, lo, 0, 0, 0), (0, hi, 0, 0, 0))
+    taps = [m.slice(x, (0, t * g.dil[0], 0, 0, 0), (n, do, h, w, c), (1, g.strides[0], 1, 1, 1))
+            for t in range(kd)]
+    p = taps[0] if kd == 1 else m.concat(taps, 4)
+    return m.reshape(p, g.p_shape())
+
+
+def _filter_2d(m, w: Instr) -> Instr:
+    """[kd, kh, kw, C, O] read as the 2-D filter [kh, kw, kd * C, O]."""
+    kd, kh, kw, c, o = w.shape
+    if kd == 1:
+        return m.reshape(w, (kh, kw, c, o))
+    return m.reshape(m.transpose(w, (1, 2, 0, 3, 4)), (kh, kw, kd * c, o))
+
+
+def _grad_2d(m, grad: Instr, g: _Geometry) -> Instr:
+    n, do, ho, wo, o = grad.shape
+    if (do, ho, wo) != g.out or n != g.x_shape[0] or o != g.w_shape[4]:
+        raise Unsupported(f"out_backprop {list(grad.shape)} does not match the convolution's "
+                          f"output {[g.x_shape[0], *g.out, g.w_shape[4]]}")
+    return m.reshape(grad, (n * do, ho, wo, o))
+
+
+@register("Conv3D", dtypes=_DTYPES, half_in_f32=True)
+def _conv3d(ctx):
+    _check_format(ctx)
+    m = ctx.m
+    x, w = ctx.inputs
+    g = _Geometry(ctx, x.shape, w.shape, dilated_ok=True)
+    y = m.convolution(_depth_taps(m, x, g), _filter_2d(m, w), g.strides[1:], g.dil[1:], g.hw_pads)
+    return m.reshape(y, (x.shape[0], *g.out, w.shape[4]))
+
+
+def _sizes5(ctx, i: int, what: str) -> tuple:
+    v = tuple(ctx.const_ints(i, what))
+    if len(v) != 5 or min(v) < 0:
+        raise Unsupported(f"{ctx.node.op}: {what} {list(v)} must be 5 non-negative sizes")
+    return v
+
+
+def _library(ctx, op: Op, a: Instr, grad: Instr, shape: tuple, g: _Geometry) -> Instr:
+    try:
+        return ctx.m.conv_backprop(op, a, grad, shape, g.strides[1:], g.hw_pads)
+    except IRError as e:
+        raise Unsupported(f"{ctx.node.op}: {e}") from None
+
+
+@register("Conv3DBackpropFilterV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(1,))
+def _conv3d_backprop_filter(ctx):
+    _check_format(ctx)
+    m = ctx.m
+    x, grad = ctx.inputs[0], ctx.inputs[2]
+    w_shape = _sizes5(ctx, 1, "filter_sizes")
+    g = _Geometry(ctx, x.shape, w_shape, dilated_ok=False)
+    kd, kh, kw, c, o = w_shape
+    dw = _library(ctx, Op.CONV_BACKPROP_FILTER, _depth_taps(m, x, g), _grad_2d(m, grad, g),
+                  (kh, kw, kd * c, o), g)
+    if kd == 1:
+        return m.reshape(dw, w_shape)
+    return m.transpose(m.reshape(dw, (kh, kw, kd, c, o)), (2, 0, 1, 3, 4))
+
+
+def _spread_taps(m, dp: Instr, g: _Geometry) -> Instr:
+    """The input gradient from dP [N * Do, H, W, kd * C]: tap t's share goes back to
+    planes o * sd + t * dd of the padded depth, summed over taps in tap order; the
+    padding planes are cut off."""
+    n, d, h, w, c = g.x_shape
+    kd, do = g.w_shape[0], g.out[0]
+    if g.taps_are_x:
+        return m.reshape(dp, g.x_shape)
+    lo, hi = g.pads[0]
+    depth, sd = d + lo + hi, g.strides[0]
+    span = (do - 1) * sd + 1
+    dp = m.reshape(dp, (n, do, h, w, kd, c))
+    zero = m.scalar(0, dp.dtype)
+    total = None
+    for t in range(kd):
+        share = m.reshape(m.slice(dp, (0, 0, 0, 0, t, 0), (n, do, h, w, 1, c)), (n, do, 1, h * w * c))
+        if sd > 1:        # sd - 1 zero planes after each plane, then the last ones cut off
+            share = m.pad(share, zero, (0, 0, 0, 0), (0, 0, sd - 1, 0))
+            share = m.slice(m.reshape(share, (n, do * sd, h * w * c)), (0, 0, 0), (n, span, h * w * c))
+        else:
+            share = m.reshape(share, (n, do, h * w * c))
+        start = t * g.dil[0]
+        share = m.pad(share, zero, (0, start, 0), (0, depth - start - span, 0))
+        total = share if total is None else m.elementwise(Op.ADD, total, share)
+    if lo or hi:
+        total = m.slice(total, (0, lo, 0), (n, d, h * w * c))
+    return m.reshape(total, g.x_shape)
+
+
+@register("Conv3DBackpropInputV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(0,))
+def _conv3d_backprop_input(ctx):
+    _check_format(ctx)
+    m = ctx.m
+    w, grad = ctx.inputs[1], ctx.inputs[2]
+    x_shape = _sizes5(ctx, 0, "input_sizes")
+    g = _Geometry(ctx, x_shape, w.shape, dilated_ok=False)
+    dp = _library(ctx, Op.CONV_BACKPROP_INPUT, _filter_2d(m, w), _grad_2d(m, grad, g),
+                  g.p_shape(), g)
+    return _spread_taps(m, dp, g)
