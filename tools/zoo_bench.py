@@ -4,6 +4,7 @@
     python tools/zoo_bench.py --all                 # every keras.applications model
     python tools/zoo_bench.py --models InceptionV3 Xception --runs 20 --batch 4
     python tools/zoo_bench.py --models DenseNet121 --kinds predict   # no train step
+    python tools/zoo_bench.py --layers --batch 32   # one model per Keras layer kind
 
 Models: every ``keras.applications`` model, built with ``weights=None`` and
 ``classes=10`` at ``--size`` x ``--size`` inputs (96 by default, above every
@@ -41,6 +42,7 @@ import tensorflow as tf  # noqa: E402
 
 import tfjit  # noqa: E402
 from tools.bench import WARMUP, Variant, _block, time_ms  # noqa: E402
+from tools.layer_models import NAMES as LAYER_NAMES  # noqa: E402
 
 MODES = ("graph", "xla", "tfjit")
 KINDS = ("predict", "train")
@@ -59,7 +61,7 @@ def application_names() -> list:
 
 
 def all_names() -> list:
-    return ["keras_" + m for m in KERAS_TEST_MODELS] + application_names()
+    return ["keras_" + m for m in KERAS_TEST_MODELS] + application_names() + list(LAYER_NAMES)
 
 
 def _test_models():
@@ -73,6 +75,9 @@ def build(name: str, size: int, batch: int, seed: int = 0):
     import keras
     keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
+    if name in LAYER_NAMES:
+        from tools import layer_models
+        return layer_models.build(name, batch, seed)
     if name.startswith("keras_"):
         tkm = _test_models()
         short = name[len("keras_"):]
@@ -88,8 +93,9 @@ def build(name: str, size: int, batch: int, seed: int = 0):
 
 def _loss(name: str):
     import keras
-    # the applications end in a softmax; the test models in logits
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=name.startswith("keras_"))
+    # the applications (capitalised names) end in a softmax; the test and layer models
+    # in logits
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=not name[:1].isupper())
 
 
 def make_copies(name: str, size: int, batch: int, kinds=KINDS) -> tuple:
@@ -157,13 +163,16 @@ def main(argv=None) -> int:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--models", nargs="+", help="model names (keras_mlp, InceptionV3, ...)")
     group.add_argument("--all", action="store_true", help="every model")
+    group.add_argument("--layers", action="store_true",
+                       help="the one-layer-kind models of tools/layer_models.py")
     ap.add_argument("--runs", type=int, default=15, help="timed rounds per step kind")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--size", type=int, default=96, help="applications' image side")
     ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
                     help="which steps to time")
     args = ap.parse_args(argv)
-    names = all_names() if args.all else (args.models or list(QUICK))
+    names = (all_names() if args.all else list(LAYER_NAMES) if args.layers
+             else args.models or list(QUICK))
     unknown = sorted(set(names) - set(all_names()))
     if unknown:
         ap.error(f"unknown models {unknown}; known: {all_names()}")
