@@ -25,7 +25,7 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen import gather, lanes, segments, tiles
+from tfjit.codegen import gather, lanes, segments, stencil, tiles
 from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
@@ -67,6 +67,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
                  warp: int = 1):
         self.module = module
         self.warp = warp              # a warp's threads, which may share rows (codegen/lanes.py)
+        self.block = 1                # neighbouring outputs per row of a stencil (codegen/stencil.py)
         self.group = 1                # threads sharing each row of the body being emitted
         self.rank = None              # this thread's place among them (None: not shared)
         self.elements = None          # [(index, valid)] of a held row this thread takes
@@ -115,7 +116,9 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
                          _math.prod(tiles.tile_blocks(f, self.tile)),
                          tiles.TILE_ROWS * f.shape[-1] * per_element)]
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * per_element
-            return [(self._function(self.name, self._loop_row), f.rows, cost)]
+            self.block = 1 if self.gpu else stencil.block_of(f)
+            return [(self._function(self.name, self._loop_row), f.rows // self.block,
+                     cost * self.block)]
         reduced = _math.prod(f.shape[f.outer:])
         arg = f.roots[0].op is Op.ARGREDUCE       # (value, index) pairs: codegen/argreduce.py
         column = self._arg_column_row if arg else self._column_row
@@ -221,6 +224,9 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
             stop = b.select(b.icmp_signed("<", stop, i64(n)), stop, i64(n))
             with for_range(b, start, stop, "j", self._elements_md()) as j, self._scope():
                 self._store_roots((j,))
+            return
+        if self.block > 1:          # neighbouring outputs in one element loop
+            stencil.block_row(self, row)
             return
         outer = self._unravel(row, f.shape[:f.outer])
         self._hoist(outer)
