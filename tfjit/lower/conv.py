@@ -50,17 +50,18 @@ def _spatial(ctx, name: str, default=(1, 1, 1, 1)) -> tuple:
     return v[1], v[2]
 
 
-def _check_format(ctx) -> None:
-    fmt = text(ctx.attr("data_format", b"NHWC"))
-    if fmt != "NHWC":
-        raise Unsupported(f"{ctx.node.op} with data_format={fmt} (TF's CPU kernels take NHWC)")
+def check_format(ctx, layout: str = "NHWC") -> None:
+    fmt = text(ctx.attr("data_format", layout.encode()))
+    if fmt != layout:
+        raise Unsupported(f"{ctx.node.op} with data_format={fmt} (TF's CPU kernels take {layout})")
 
 
 def padding(ctx, in_size: tuple, window: tuple, strides: tuple) -> tuple:
-    """(top, bottom, left, right) for TF's padding attr: SAME, VALID or EXPLICIT."""
+    """(top, bottom, left, right) for TF's padding attr: SAME, VALID or EXPLICIT (a
+    (low, high) pair per dim of ``in_size``: three for Conv3D, which has no EXPLICIT)."""
     kind = text(ctx.attr("padding"))
     if kind == "VALID":
-        return (0, 0, 0, 0)
+        return (0,) * (2 * len(in_size))
     if kind == "SAME":
         out = []
         for size, k, s in zip(in_size, window, strides):
@@ -151,7 +152,7 @@ def _per_channel_groups(depth: int, filter_shape) -> bool:
 
 @register("Conv2D", dtypes=_DTYPES, half_in_f32=True)
 def _conv2d(ctx):
-    _check_format(ctx)
+    check_format(ctx)
     x, w = ctx.inputs
     if x.rank == 4 and w.rank == 4 and _per_channel_groups(x.shape[3], w.shape):
         # one group per input channel (Keras 3's depthwise layers under XLA, ConvNeXt):
@@ -209,7 +210,7 @@ def _backprop(ctx, op: Op, a: Instr, g: Instr, shape: tuple, strides: tuple, pad
 
 @register("Conv2DBackpropInput", dtypes=_DTYPES, half_in_f32=True, const_inputs=(0,))
 def _conv2d_backprop_input(ctx):
-    _check_format(ctx)
+    check_format(ctx)
     m = ctx.m
     sizes = _sizes(ctx, 0, "input_sizes")
     w, g = ctx.inputs[1], ctx.inputs[2]
@@ -234,7 +235,7 @@ def _conv2d_backprop_input(ctx):
 
 @register("Conv2DBackpropFilter", dtypes=_DTYPES, half_in_f32=True, const_inputs=(1,))
 def _conv2d_backprop_filter(ctx):
-    _check_format(ctx)
+    check_format(ctx)
     m = ctx.m
     x, g = ctx.inputs[0], ctx.inputs[2]
     kh, kw, c, o = _sizes(ctx, 1, "filter_sizes")
@@ -259,7 +260,7 @@ def _conv2d_backprop_filter(ctx):
 # -- depthwise ---------------------------------------------------------------------------------
 
 def _depthwise_attrs(ctx, x: Instr, kh: int, kw: int, in_size=None):
-    _check_format(ctx)
+    check_format(ctx)
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     size = in_size or x.shape[1:3]
     pads = padding(ctx, size, (_window(kh, dil[0]), _window(kw, dil[1])), strides)

@@ -26,8 +26,8 @@ from __future__ import annotations
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError
 from tfjit.ir.ops import Op
-from tfjit.lower.conv import _window
-from tfjit.lower.registry import Unsupported, register, text
+from tfjit.lower.conv import _window, check_format, padding
+from tfjit.lower.registry import Unsupported, register
 
 _DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
 
@@ -39,26 +39,6 @@ def _spatial3(ctx, name: str) -> tuple:
         raise Unsupported(f"{ctx.node.op}: {name}={list(v)} (only spatial values > 0 are "
                           "compiled, with 1 for the batch and channels)")
     return v[1:4]
-
-
-def _check_format(ctx) -> None:
-    fmt = text(ctx.attr("data_format", b"NDHWC"))
-    if fmt != "NDHWC":
-        raise Unsupported(f"{ctx.node.op} with data_format={fmt} (TF's CPU kernels take NDHWC)")
-
-
-def _pads(ctx, in_size: tuple, window: tuple, strides: tuple) -> list:
-    """[(lo, hi)] per spatial dim for TF's SAME or VALID padding."""
-    kind = text(ctx.attr("padding"))
-    if kind == "VALID":
-        return [(0, 0)] * 3
-    if kind != "SAME":
-        raise Unsupported(f"{ctx.node.op}: padding={kind}")
-    out = []
-    for size, k, s in zip(in_size, window, strides):
-        total = max((-(-size // s) - 1) * s + k - size, 0)
-        out.append((total // 2, total - total // 2))
-    return out
 
 
 class _Geometry:
@@ -76,7 +56,8 @@ class _Geometry:
                               "convolution gradients are not compiled (TF's CPU kernels "
                               "refuse them too)")
         windows = tuple(_window(k, d) for k, d in zip(w_shape[:3], self.dil))
-        self.pads = _pads(ctx, x_shape[1:4], windows, self.strides)
+        flat = padding(ctx, x_shape[1:4], windows, self.strides)
+        self.pads = list(zip(flat[::2], flat[1::2]))
         self.out = tuple((size + lo + hi - win) // s + 1 for size, (lo, hi), win, s
                          in zip(x_shape[1:4], self.pads, windows, self.strides))
         if min(self.out) < 1:
@@ -132,7 +113,7 @@ def _grad_2d(m, grad: Instr, g: _Geometry) -> Instr:
 
 @register("Conv3D", dtypes=_DTYPES, half_in_f32=True)
 def _conv3d(ctx):
-    _check_format(ctx)
+    check_format(ctx, "NDHWC")
     m = ctx.m
     x, w = ctx.inputs
     g = _Geometry(ctx, x.shape, w.shape, dilated_ok=True)
@@ -156,7 +137,7 @@ def _library(ctx, op: Op, a: Instr, grad: Instr, shape: tuple, g: _Geometry) -> 
 
 @register("Conv3DBackpropFilterV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(1,))
 def _conv3d_backprop_filter(ctx):
-    _check_format(ctx)
+    check_format(ctx, "NDHWC")
     m = ctx.m
     x, grad = ctx.inputs[0], ctx.inputs[2]
     w_shape = _sizes5(ctx, 1, "filter_sizes")
@@ -200,7 +181,7 @@ def _spread_taps(m, dp: Instr, g: _Geometry) -> Instr:
 
 @register("Conv3DBackpropInputV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(0,))
 def _conv3d_backprop_input(ctx):
-    _check_format(ctx)
+    check_format(ctx, "NDHWC")
     m = ctx.m
     w, grad = ctx.inputs[1], ctx.inputs[2]
     x_shape = _sizes5(ctx, 0, "input_sizes")
