@@ -61,7 +61,7 @@ def _index_key(v):
 
 
 class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.TiledRows,
-                    segments.ConcatSegments):
+                    stencil.StencilRows, segments.ConcatSegments):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
                  messages: list | None = None, gpu: bool = False, reuse: dict | None = None,
                  warp: int = 1):
@@ -226,7 +226,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
                 self._store_roots((j,))
             return
         if self.block > 1:          # neighbouring outputs in one element loop
-            stencil.block_row(self, row)
+            self._stencil_row(row)
             return
         outer = self._unravel(row, f.shape[:f.outer])
         self._hoist(outer)

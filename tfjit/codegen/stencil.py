@@ -49,16 +49,19 @@ def block_of(f) -> int:
     return block
 
 
-def block_row(e, row) -> None:
-    """Row ``row`` of emitter ``e``'s blocked kernel: ``e.block`` neighbouring outputs,
-    each stored in turn inside one element loop (stored after all of them, the 5x5
-    convolution's longer-lived values made it 1.5x slower)."""
-    f, b = e.f, e.b
-    outer = e._unravel(row, f.shape[:f.outer - 1] + (f.shape[f.outer - 1] // e.block,))
-    first = b.mul(outer[-1], i64(e.block))
-    pixels = [outer[:-1] + (b.add(first, i64(u)) if u else first,) for u in range(e.block)]
-    e._each(0, f.shape[-1], "j", lambda j, valid: [e._store_roots(p + (j,), valid) for p in pixels],
-            element_loop(e.module))
+class StencilRows:
+    """Mixed into the kernel emitter (codegen/emitter.py), which sets ``block``."""
+
+    def _stencil_row(self, row) -> None:
+        """Row ``row`` of a blocked kernel: ``self.block`` neighbouring outputs, each
+        stored in turn inside one element loop (stored after all of them, the 5x5
+        convolution's longer-lived values made it 1.5x slower)."""
+        f, b = self.f, self.b
+        outer = self._unravel(row, f.shape[:f.outer - 1] + (f.shape[f.outer - 1] // self.block,))
+        first = b.mul(outer[-1], i64(self.block))
+        pixels = [outer[:-1] + (b.add(first, i64(u)) if u else first,) for u in range(self.block)]
+        self._each(0, f.shape[-1], "j", lambda j, valid: [
+            self._store_roots(p + (j,), valid) for p in pixels], element_loop(self.module))
 
 
 def element_loop(module):

@@ -24,9 +24,9 @@ kernels (Eigen's) run them.  NCDHW is refused, as TF's CPU kernels refuse it.
 from __future__ import annotations
 
 from tfjit import dtypes as dt
-from tfjit.ir.module import Instr, IRError
+from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
-from tfjit.lower.conv import _window, check_format, padding
+from tfjit.lower.conv import _backprop, _window, check_format, padding
 from tfjit.lower.registry import Unsupported, register
 
 _DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
@@ -128,13 +128,6 @@ def _sizes5(ctx, i: int, what: str) -> tuple:
     return v
 
 
-def _library(ctx, op: Op, a: Instr, grad: Instr, shape: tuple, g: _Geometry) -> Instr:
-    try:
-        return ctx.m.conv_backprop(op, a, grad, shape, g.strides[1:], g.hw_pads)
-    except IRError as e:
-        raise Unsupported(f"{ctx.node.op}: {e}") from None
-
-
 @register("Conv3DBackpropFilterV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(1,))
 def _conv3d_backprop_filter(ctx):
     check_format(ctx, "NDHWC")
@@ -143,8 +136,8 @@ def _conv3d_backprop_filter(ctx):
     w_shape = _sizes5(ctx, 1, "filter_sizes")
     g = _Geometry(ctx, x.shape, w_shape, dilated_ok=False)
     kd, kh, kw, c, o = w_shape
-    dw = _library(ctx, Op.CONV_BACKPROP_FILTER, _depth_taps(m, x, g), _grad_2d(m, grad, g),
-                  (kh, kw, kd * c, o), g)
+    dw = _backprop(ctx, Op.CONV_BACKPROP_FILTER, _depth_taps(m, x, g), _grad_2d(m, grad, g),
+                   (kh, kw, kd * c, o), g.strides[1:], g.hw_pads)
     if kd == 1:
         return m.reshape(dw, w_shape)
     return m.transpose(m.reshape(dw, (kh, kw, kd, c, o)), (2, 0, 1, 3, 4))
@@ -186,6 +179,6 @@ def _conv3d_backprop_input(ctx):
     w, grad = ctx.inputs[1], ctx.inputs[2]
     x_shape = _sizes5(ctx, 0, "input_sizes")
     g = _Geometry(ctx, x_shape, w.shape, dilated_ok=False)
-    dp = _library(ctx, Op.CONV_BACKPROP_INPUT, _filter_2d(m, w), _grad_2d(m, grad, g),
-                  g.p_shape(), g)
+    dp = _backprop(ctx, Op.CONV_BACKPROP_INPUT, _filter_2d(m, w), _grad_2d(m, grad, g),
+                   g.p_shape(), g.strides[1:], g.hw_pads)
     return _spread_taps(m, dp, g)
