@@ -66,6 +66,8 @@ class Elemental:
             return special.call(b, op, args)
         if op is Op.SELECT:
             return b.select(*args)
+        if op is Op.FMA:
+            return b.fma(*args)
         if op in _FCMP:
             return self._compare(op, in_dtype, *args)
         if in_dtype.is_float:

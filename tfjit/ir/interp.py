@@ -191,6 +191,22 @@ def _pow(a, b):
     return result
 
 
+def _fma(x, y, z):
+    """``x * y + z`` rounded once to f32 (the IR has FMA for f32 only).  The product of two
+    f32s is exact in f64; the f64 sum ``s`` is off the exact sum by ``err`` (TwoSum, exact),
+    and moving ``s`` one f64 step toward ``err`` before rounding to f32 settles the one case
+    where the two roundings could differ, ``s`` on a tie between two f32s."""
+    with np.errstate(invalid="ignore", over="ignore"):      # inf * 0, inf - inf: NaN, as TF
+        p = x.astype(np.float64) * y.astype(np.float64)
+        c = z.astype(np.float64)
+        s = p + c
+        back = s - p
+        err = (p - (s - back)) + (c - back)
+        nudge = np.isfinite(err) & (err != 0)
+        s = np.where(nudge, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(np.float32)
+
+
 def _extremum(greater_or_equal):
     def run(a, b):
         r = np.where(greater_or_equal(a, b), a, b)
@@ -513,7 +529,7 @@ _UNARY_FPU = {
 _BINARY_FPU = {
     Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: _div,
     Op.MAX: _extremum(np.greater_equal), Op.MIN: _extremum(np.less_equal), Op.POW: _pow,
-    Op.ATAN2: np.arctan2, Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less,
+    Op.ATAN2: np.arctan2, Op.FMA: _fma, Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less,
     Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal,
 }
 _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ

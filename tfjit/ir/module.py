@@ -39,6 +39,10 @@ def _check_types(op: Op, operand: dt.DType, result: dt.DType | None) -> None:
         raise IRError(f"{op.spelling} needs f32 or f64 operands, not {operand}")
     if op is Op.BITCAST and (result is None or dt.PRED in (operand, result) or operand.bits != result.bits):
         raise IRError(f"bitcast-convert from {operand} to {result}: widths differ or a type is pred")
+    if op is Op.FMA and operand is not dt.F32:
+        # f32 only: the interpreter computes it exactly in f64 (interp._fma), which it
+        # could not do for f64 operands
+        raise IRError(f"fma needs f32 operands, not {operand}")
     if op is Op.TRUNCATED_NORMAL and (operand is not dt.U32 or result not in (dt.F32, dt.F64)):
         raise IRError(f"truncated-normal takes u32 operands and gives f32 or f64, not {operand} -> {result}")
 

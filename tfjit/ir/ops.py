@@ -153,6 +153,7 @@ class Op(enum.Enum):
     GE = ("compare-ge", Kind.ELEMENTWISE, 2)
     # ternary elementwise
     SELECT = ("select", Kind.ELEMENTWISE, 3)
+    FMA = ("fma", Kind.ELEMENTWISE, 3)      # x * y + z rounded once (f32): a convolution's taps
     # TF's truncated normal sample (see lower/random.py): operands k0, k1, c0, c1, c2, c3,
     # j (u32): the j-th value with |x| < 2 that TF's Box-Muller transform makes from the
     # Philox4x32-10 stream with key (k0, k1) starting at counter (c0..c3); f32 or f64.

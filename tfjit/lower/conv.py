@@ -273,6 +273,20 @@ def _channels(m: Module, x: Instr, mult: int) -> Instr:
     return m.broadcast(x, x.shape[:-1] + (mult,), range(x.rank))
 
 
+def _accumulate(m: Module, total: Instr | None, tap: Instr, weight: Instr) -> Instr:
+    """``total + tap * weight``, one tap of a window.  In f32 (halves are computed in f32)
+    one FMA: what every convolution library does per tap (oneDNN, cuDNN, XLA, whose CPU
+    backend lets LLVM fuse any multiply-add), one rounding instead of two, and half the
+    arithmetic of a compute-bound kernel (a 5x5 stride-1 depthwise convolution of
+    [32, 48, 48, 32]: 8.4 -> 5.5-6 ms, TF graph 8.3).  f64 keeps the separate multiply
+    and add (the IR has no f64 FMA, see ir/module.py)."""
+    if total is None:
+        return m.elementwise(Op.MUL, tap, weight)
+    if tap.dtype is dt.F32:
+        return m.elementwise(Op.FMA, tap, weight, total)
+    return m.elementwise(Op.ADD, total, m.elementwise(Op.MUL, tap, weight))
+
+
 @register("DepthwiseConv2dNative", dtypes=_DTYPES, half_in_f32=True)
 def _depthwise(ctx):
     return _depthwise_conv(ctx, *ctx.inputs)
@@ -302,8 +316,7 @@ def _depthwise_conv(ctx, x: Instr, f: Instr) -> Instr:
             else:
                 tap = _channels(m, tap, mult)
                 weight = m.broadcast(taps, tap.shape, (0, 1, 3, 4))
-            term = m.elementwise(Op.MUL, tap, weight)
-            total = term if total is None else m.elementwise(Op.ADD, total, term)
+            total = _accumulate(m, total, tap, weight)
     if total is None:
         raise Unsupported("DepthwiseConv2dNative with an empty filter")
     return m.reshape(total, (n, ho, wo, c * mult))
@@ -331,8 +344,7 @@ def _depthwise_grad_input(ctx, sizes: tuple, f: Instr, g: Instr) -> Instr:
         for j in range(kw):
             tap = m.slice(gp, (0, i * dil[0], j * dil[1], 0, 0), (n, h, w, c, mult))
             weight = m.slice(f, (kh - 1 - i, kw - 1 - j, 0, 0), (1, 1, c, mult))
-            term = m.elementwise(Op.MUL, tap, m.broadcast(weight, tap.shape, (0, 1, 3, 4)))
-            total = term if total is None else m.elementwise(Op.ADD, total, term)
+            total = _accumulate(m, total, tap, m.broadcast(weight, tap.shape, (0, 1, 3, 4)))
     return m.reduce(total, "sum", 1)
 
 

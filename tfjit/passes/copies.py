@@ -37,7 +37,7 @@ from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
 from tfjit.passes.kernels import is_cheap
 
-CHEAP = {Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SELECT, Op.CONVERT,
+CHEAP = {Op.ADD, Op.SUB, Op.MUL, Op.FMA, Op.NEG, Op.ABS, Op.MAX, Op.MIN, Op.SELECT, Op.CONVERT,
          Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.NOT}
 MAX_CHAIN = 4           # cheap elementwise instructions per copied chain
 _DENSE_READERS = (Kind.LIBRARY, Kind.CONTROL, Kind.UPDATE)
