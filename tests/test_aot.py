@@ -456,3 +456,42 @@ def test_exp_scaling_follows_the_requested_target(tf, tmp_path, rng, cpu, featur
     run = _run(exe, tmp_path, [data])
     assert run.returncode == 0, run.stdout + run.stderr
     assert_matches(_results(tmp_path, want)[0], want[0], what=f"exp for {cpu}")
+
+
+DEPTHWISE_CONFIG = """
+feed { id { node_name: "x" } shape { dim { size: 2 } dim { size: 9 } dim { size: 12 } dim { size: 16 } } name: "x" }
+feed { id { node_name: "w" } shape { dim { size: 3 } dim { size: 3 } dim { size: 16 } dim { size: 1 } } name: "w" }
+fetch { id { node_name: "y" } name: "y" }
+"""
+
+
+@pytest.mark.parametrize("features,instruction", [("+avx2,+fma", True), ("", False)],
+                         ids=["fma", "generic"])
+def test_depthwise_fma_follows_the_requested_target(tf, tmp_path, rng, features, instruction):
+    """A depthwise convolution's taps are the IR's FMA: vfmadd where the requested target
+    has it, libm's fmaf on generic x86-64 (same value: one rounding either way)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 9, 12, 16], name="x")
+        w = tf.compat.v1.placeholder(tf.float32, [3, 3, 16, 1], name="w")
+        tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME", name="y")
+    pb, cfg = _save(tmp_path, g, DEPTHWISE_CONFIG)
+    prefix = tmp_path / "dw"
+    args = [f"--graph={pb}", f"--config={cfg}", "--cpp_class=Dw", f"--out_prefix={prefix}",
+            "--target_cpu=x86-64"] + ([f"--target_features={features}"] if features else [])
+    assert _aot(args) == 0
+    text = subprocess.run(["objdump", "-d", f"{prefix}.o"], check=True, capture_output=True,
+                          text=True).stdout
+    assert ("vfmadd" in text) == instruction
+    assert ("fmaf" in _undefined(f"{prefix}.o")) != instruction
+    _assert_only_libc_libm(f"{prefix}.o")
+    from tfjit.codegen import llvm_target
+    if instruction and not llvm_target.has_feature(llvm_target.features(), "fma"):
+        return
+    exe = _build(tmp_path, prefix, "Dw")
+    data = [rng.uniform(-1, 1, (2, 9, 12, 16)).astype(np.float32),
+            rng.uniform(-1, 1, (3, 3, 16, 1)).astype(np.float32)]
+    want = _session_run(tf, g, ["y:0"], {"x:0": data[0], "w:0": data[1]})
+    run = _run(exe, tmp_path, data)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert_matches(_results(tmp_path, want)[0], want[0], rtol=1e-5, atol=1e-5, what="depthwise")

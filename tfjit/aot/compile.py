@@ -6,7 +6,9 @@ entry points of ``driver.py`` are added, every other symbol is made internal,
 and the module is optimised and emitted as a position-independent ELF object
 for the requested target (``llvm_target.emit_object``).  The object calls
 nothing from llvmlite or TensorFlow: only libc (``malloc``/``free``/
-``memcpy``) and, for float64 transcendentals, libm.
+``memcpy``) and libm: float64 transcendentals, and ``fmaf`` where the IR's FMA
+(a depthwise convolution's taps) is compiled for a target CPU without the FMA
+instructions.
 """
 from __future__ import annotations
 
