@@ -276,10 +276,11 @@ def _channels(m: Module, x: Instr, mult: int) -> Instr:
 def _accumulate(m: Module, total: Instr | None, tap: Instr, weight: Instr) -> Instr:
     """``total + tap * weight``, one tap of a window.  In f32 (halves are computed in f32)
     one FMA: what every convolution library does per tap (oneDNN, cuDNN, XLA, whose CPU
-    backend lets LLVM fuse any multiply-add), one rounding instead of two, and half the
-    arithmetic of a compute-bound kernel (a 5x5 stride-1 depthwise convolution of
-    [32, 48, 48, 32]: 8.4 -> 5.5-6 ms, TF graph 8.3).  f64 keeps the separate multiply
-    and add (the IR has no f64 FMA, see ir/module.py)."""
+    backend lets LLVM fuse any multiply-add), one rounding instead of two, and one
+    instruction instead of two.  On a Zen 3 EPYC (one process, medians of 60, two runs)
+    5x5 stride-2 depthwise convolutions of [32, 48, 48, 32] ran 1.5-1.7x faster; the
+    stride-1 ones within the noise (see docs/performance.md).  f64 keeps the separate
+    multiply and add (the IR has no f64 FMA, see ir/module.py)."""
     if total is None:
         return m.elementwise(Op.MUL, tap, weight)
     if tap.dtype is dt.F32:
