@@ -529,7 +529,7 @@ _UNARY_FPU = {
 _BINARY_FPU = {
     Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: _div,
     Op.MAX: _extremum(np.greater_equal), Op.MIN: _extremum(np.less_equal), Op.POW: _pow,
-    Op.ATAN2: np.arctan2, Op.FMA: _fma, Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less,
+    Op.ATAN2: np.arctan2, Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less,
     Op.LE: np.less_equal, Op.GT: np.greater, Op.GE: np.greater_equal,
 }
 _EXACT = {     # bit operations and fmod (see _rem): no DAZ/FTZ
@@ -555,6 +555,7 @@ _EVAL = {
     Op.CONVERT: lambda instr, vals: _convert(vals[0], instr.operands[0].dtype, instr.dtype),
     Op.BITCAST: _bitcast,
     Op.TRUNCATED_NORMAL: lambda instr, vals: interp_rng.truncated_normal(vals, instr.dtype.numpy()),
+    Op.FMA: _fpu(_fma),
     **{op: _fpu(fn) for op, fn in {**_UNARY_FPU, **_BINARY_FPU, **interp_special.FUNCTIONS,
                                  **interp_special_unary.FUNCTIONS}.items()},
     # the C library reads the operand's bits: a denormal is no zero to it, whatever DAZ says
