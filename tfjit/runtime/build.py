@@ -271,12 +271,26 @@ def object_specs(files: list[str], level: str | None) -> tuple[str, list]:
     return version, objects
 
 
+def object_path(directory: str, path: str, digest: str) -> str:
+    """Where the object of ``path`` with ``digest`` (object_specs) is cached."""
+    return os.path.join(directory, f"{os.path.basename(path)}-{digest}.o")
+
+
+def cached_object(path: str, level: str | None, cache_root: str | None = None) -> str | None:
+    """The cached object of ``path`` for x86-64 ``level`` where a build compiled it with
+    exactly today's text, headers and flags (an object is published only when its
+    compile succeeded), else None."""
+    _, [(_, _, digest)] = object_specs([path], level)
+    obj = object_path(os.path.join(cache_root or default_cache_root(), "objects"), path, digest)
+    return obj if os.path.exists(obj) else None
+
+
 def compile_objects(cxx: str, directory: str, objects: list) -> list[str]:
     """Compiles the sources whose objects are not cached yet, in parallel; returns the
     object paths.  Objects are published atomically (rename), like the library."""
     jobs, paths = [], []
     for path, flags, digest in objects:
-        obj = os.path.join(directory, f"{os.path.basename(path)}-{digest}.o")
+        obj = object_path(directory, path, digest)
         paths.append(obj)
         if not os.path.exists(obj):
             fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".o", dir=directory)
