@@ -1,8 +1,8 @@
 """The GPU target without a GPU: PTX from LLVM's NVPTX backend, assembled by ptxas.
 
 * every kernel the op-table and random-graph tests compiled for the CPU in this
-  session is emitted for sm_90 and sm_80 and assembled (the count is asserted, so the
-  check cannot pass by checking nothing);
+  session is emitted for sm_90 and assembled, every third batch of them for sm_80 too
+  (the counts are asserted, so the check cannot pass by checking nothing);
 * ``f.experimental_get_compiler_ir(...)(stage="ptx")``, refusals with reasons;
 * the CUDA runtime's errors where there is no GPU, and its DLPack reader.
 
@@ -153,29 +153,35 @@ def test_every_kernel_the_op_and_random_graph_tests_compiled_assembles_for_the_g
     start = time.perf_counter()
     texts, refused = _emit_all("sm_90")     # the LLVM IR is the same for every arch
     emitted = time.perf_counter()
-    checked, seconds = collections.Counter(), {}
+    checked, seconds = collections.Counter(), collections.defaultdict(list)
+    batches = [texts[i:i + BATCH] for i in range(0, len(texts), BATCH)]
+    # sm_90 (the H100/H200 the GPU backend runs on) every batch, in two halves; sm_80 every
+    # third: the same IR through the other arch's PTX, at a third of the cost (both archs
+    # every batch took 50 s of the suite on two cores, Sapphire Rapids).
+    jobs = [("sm_90", batches[0::2]), ("sm_90", batches[1::2]), ("sm_80", batches[0::3])]
 
-    def check(arch):      # each arch in a compile server of its own: the two run at once
+    def check(job):      # each job in a compile server of its own: two run at once
+        arch, mine = job
         client = jit_server.Client()
         try:
             t0 = time.perf_counter()
-            batches = [texts[i:i + BATCH] for i in range(0, len(texts), BATCH)]
-            ptx = [client.request("ptx", b, arch)[0] for b in batches]   # one module a batch
+            ptx = [client.request("ptx", b, arch)[0] for b in mine]   # one module a batch
             t1 = time.perf_counter()
             for p in ptx:
                 nvptx.assemble(p, arch)
         finally:
             client.close()
-        checked[arch] = sum(p.count(".entry") for p in ptx)
-        seconds[arch] = f"LLVM {t1 - t0:.1f} s, ptxas {time.perf_counter() - t1:.1f} s"
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(nvptx.ARCHS)) as pool:
-        list(pool.map(check, nvptx.ARCHS))
+        checked[arch] += sum(p.count(".entry") for p in ptx)
+        seconds[arch].append(f"LLVM {t1 - t0:.1f} s, ptxas {time.perf_counter() - t1:.1f} s")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(check, jobs))
     total = len(ptx_collect.SEEN)
     print(f"\nptxas: {total} modules from {dict(seen)}; {len(texts)} emitted, "
           f"{sum(refused.values())} refused {dict(refused)}; kernel entries assembled "
           f"{dict(checked)} in {time.perf_counter() - start:.1f} s (emitting "
-          f"{emitted - start:.1f} s; {seconds})")
-    assert checked["sm_90"] == checked["sm_80"] >= len(texts) > 0
+          f"{emitted - start:.1f} s; {dict(seconds)})")
+    assert checked["sm_90"] >= len(texts) > 0
+    assert checked["sm_80"] >= len(batches[0::3][0]) > 0
     # refusals are kinds without a GPU emitter or libm calls, and they stay a minority
     assert sum(refused.values()) < total // 3, refused
 
