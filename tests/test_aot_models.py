@@ -58,14 +58,16 @@ def _mnist_softmax(tf, rng):
 
 
 def _cnn(tf, rng):
-    """Conv2D + ReLU + MaxPool, a strided conv + AvgPool, Dense + softmax (random weights)."""
+    """Conv2D + bias + ReLU (one fused call) + MaxPool, a strided conv + AvgPool, Dense +
+    softmax (random weights)."""
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 28, 28, 1], name="x")
         w1 = tf.constant(rng.standard_normal((3, 3, 1, 8)).astype(np.float32) * 0.5)
         w2 = tf.constant(rng.standard_normal((3, 3, 8, 16)).astype(np.float32) * 0.2)
         wd = tf.constant(rng.standard_normal((4 * 4 * 16, 10)).astype(np.float32) * 0.1)
-        h = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME") + 0.1)
+        b1 = tf.constant(rng.uniform(-0.2, 0.2, 8).astype(np.float32))
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w1, 1, "SAME"), b1))  # fused: conv2d_bias
         h = tf.nn.max_pool2d(h, 2, 2, "VALID")                               # 14x14x8
         h = tf.nn.relu(tf.nn.conv2d(h, w2, 2, "VALID"))                      # 6x6x16
         h = tf.nn.avg_pool2d(h, 3, 1, "VALID")                               # 4x4x16
@@ -153,6 +155,8 @@ def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
                  "--out_prefix", prefix]) == 0
     needs = [s for s in _undefined(f"{prefix}.o") if s.startswith("tfjit_")]
     assert needs and all(s.startswith("tfjit_aot_rt_") for s in needs), needs
+    if model == "cnn":
+        assert "tfjit_aot_rt_conv2d_bias_f32" in needs, needs
     assert os.path.exists(f"{prefix}_runtime.a")
     assert f"{model}_runtime.a" in (tmp_path / "out" / f"{model}.h").read_text()
     exe = _build_with_runtime(tmp_path, prefix, "models::Net")

@@ -39,6 +39,7 @@ from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, concurrency, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
+from tfjit.passes.epilogue import FoldConvolutionBias
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor
 from tfjit.passes.collapse import CollapseDims
 from tfjit.passes.copies import CopyPerReader
@@ -197,7 +198,8 @@ class _OnModule:
         verify.module(o.module, self.name)
 
 
-PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), TwoStageReductions(), DCE(),
+PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), FoldConvolutionBias(),
+          TwoStageReductions(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 

@@ -29,6 +29,7 @@ _SUFFIX = {"f32": "f32", "f64": "f64"}
 SIGNATURES = {
     "dot": [I64] * 6 + [I32, I32],
     "conv2d": [I64] * 17,
+    "conv2d_bias": [I64] * 17 + [I32],     # the convolution's, then the activation (ACTIVATION_CODES)
     "conv2d_backprop_input": [I64] * 15,
     "conv2d_backprop_filter": [I64] * 15,
     "depthwise_backprop_input": [I64] * 15,
@@ -78,13 +79,21 @@ def _dot_args(i) -> list:
 
 
 def _conv_args(i) -> list:
-    x, w = i.operands
+    x, w = i.operands[:2]
     n, h, wd, c = x.shape
     kh, kw, _, o = w.shape
     _, ho, wo, _ = i.shape
     values = (n, h, wd, c, kh, kw, o, ho, wo, *i.attrs["strides"], *i.attrs["dilations"],
               *i.attrs["padding"])
     return [i64(v) for v in values]
+
+
+# a fused convolution's activation as the runtime takes it (runtime/linalg.h: TfjitActivation)
+ACTIVATION_CODES = {"none": 0, "relu": 1, "relu6": 2}
+
+
+def _conv_bias_args(i) -> list:
+    return _conv_args(i) + [ir.Constant(I32, ACTIVATION_CODES[i.attrs["activation"]])]
 
 
 def _backprop_args(i) -> list:
@@ -137,6 +146,7 @@ def fft_tf_op(i) -> str:
 _CALLS = {
     Op.DOT: ("dot", _dot_args, lambda i: "BatchMatMulV2" if i.rank == 3 and i.shape[0] > 1 else "MatMul"),
     Op.CONV: ("conv2d", _conv_args, lambda i: "Conv2D"),
+    Op.CONV_BIAS: ("conv2d_bias", _conv_bias_args, lambda i: "_FusedConv2D"),
     Op.CONV_BACKPROP_INPUT: ("conv2d_backprop_input", _backprop_args, lambda i: "Conv2DBackpropInput"),
     Op.CONV_BACKPROP_FILTER: ("conv2d_backprop_filter", _backprop_args, lambda i: "Conv2DBackpropFilter"),
     Op.DEPTHWISE_BACKPROP_INPUT: ("depthwise_backprop_input", _backprop_args,
@@ -166,6 +176,8 @@ _CALLS = {
 # run in parts side by side (runtime/kernel_parts.cc), timed over the call's first runs.
 # All are TF's; results agree within float tolerance.
 DEFAULT, ONEDNN, MEASURED = 0, 1, 2
+# measured without oneDNN's kernel among the candidates (tf_kernels.h kMeasuredWithoutOneDnn)
+MEASURED_WITHOUT_ONEDNN = 4
 
 
 # Where TF runs oneDNN's kernels, a call with at least this many output positions takes
@@ -203,6 +215,11 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
         return DEFAULT, "oneDNN refuses padding wider than the filter window"
+    if i.op is Op.CONV_BIAS and i.attrs["activation"] != "none" and not onednn:
+        return MEASURED_WITHOUT_ONEDNN, (
+            "TF's graph mode runs no oneDNN kernels here, and oneDNN's ReLU post-op turns NaN "
+            "into 0 where TF's Relu and its Eigen fused kernel keep it: the fastest of the "
+            "default kernel whole and in parts, timed over its first calls")
     if onednn and output_positions(i) >= ONEDNN_SURE_POSITIONS:
         return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), and the "
                         f"call has >= {ONEDNN_SURE_POSITIONS} output positions")
@@ -234,7 +251,8 @@ _BACKPROPS = (Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER, Op.DEPTHWISE_BACK
 
 def _pads_beyond_window(i) -> bool:
     kh, kw = (i.shape if i.op in (Op.CONV_BACKPROP_FILTER, Op.DEPTHWISE_BACKPROP_FILTER)
-              else i.operands[1].shape if i.op is Op.CONV else i.operands[0].shape)[:2]
+              else i.operands[1].shape if i.op in (Op.CONV, Op.CONV_BIAS)
+              else i.operands[0].shape)[:2]
     rows, cols = i.attrs.get("dilations", (1, 1))
     top, bottom, left, right = i.attrs["padding"]
     return max(top, bottom) > (kh - 1) * rows or max(left, right) > (kw - 1) * cols
@@ -274,7 +292,8 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
     out = slot(slots[0])
     operands = [slot(plan.slots[library_source(fusion, o)][0]) for o in root.operands]
     family, why = tf_kernel(root, onednn)
-    kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured"}[family]
+    kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured",
+              MEASURED_WITHOUT_ONEDNN: "measured (no oneDNN)"}[family]
     if prefix == "tfjit_rt_":
         fusion.notes.append(f"runs TF's {kernel} {_CALLS[root.op][2](root)} kernel: {why}")
     else:
@@ -304,7 +323,7 @@ def _memcpy(module: ir.Module) -> ir.Function:
 
 # library calls whose TF kernels reach oneDNN's f32 GEMM (Eigen's contraction kernel calls
 # dnnl_sgemm), whose code oneDNN generates at its first call in the process (runtime/warmup.py)
-GEMM_OPS = frozenset({Op.DOT, Op.CONV, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
+GEMM_OPS = frozenset({Op.DOT, Op.CONV, Op.CONV_BIAS, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
                       Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
 
 

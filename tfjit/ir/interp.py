@@ -216,6 +216,19 @@ def _extremum(greater_or_equal):
     return run
 
 
+def _conv_bias(instr, x, w, bias):
+    """activation(convolution + bias), each step rounded and flushed as the three
+    instructions it replaces (passes/epilogue.py) would be."""
+    a = instr.attrs
+    y = _flush(np.asarray(interp_linalg.conv(x, w, a["strides"], a["dilations"], a["padding"])))
+    y = _flush(np.asarray(y + bias, y.dtype))
+    if a["activation"] in ("relu", "relu6"):
+        y = _extremum(np.greater_equal)(y, np.zeros((), y.dtype))
+    if a["activation"] == "relu6":
+        y = _extremum(np.less_equal)(y, np.asarray(6, y.dtype))
+    return y
+
+
 def _logical_or_bitwise(logical, bitwise):
     return lambda *xs: logical(*xs) if xs[0].dtype == np.bool_ else bitwise(*xs)
 
@@ -579,6 +592,7 @@ _EVAL = {
     Op.TOP_K: _top_k,
     Op.CONV: _fpu_instr(lambda instr, x, w: interp_linalg.conv(x, w, instr.attrs["strides"],
                                                                instr.attrs["dilations"], instr.attrs["padding"])),
+    Op.CONV_BIAS: lambda instr, vals: _conv_bias(instr, *[_flush(v) for v in vals]),
     **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
     Op.QR: _fpu_instr(interp_linalg.qr),
     Op.FFT: _fpu_instr(interp_linalg.fft),

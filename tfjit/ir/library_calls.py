@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tfjit import dtypes as dt
 from tfjit.ir.instr import LIBRARY_DTYPES, Instr, IRError, _type_list
-from tfjit.ir.ops import CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
+from tfjit.ir.ops import CONV_ACTIVATIONS, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.ir.packing import fft_shape, log_determinant_parts, lu_parts, qr_parts, spectral_parts
 
 
@@ -37,22 +37,21 @@ class LibraryCalls:
     def convolution(self, x: Instr, w: Instr, strides, dilations, padding) -> Instr:
         """2-D convolution: x NHWC, w HWIO, explicit zero ``padding`` (top, bottom, left,
         right), filter ``dilations``; the result is NHWC."""
-        strides, dilations, padding = tuple(strides), tuple(dilations), tuple(padding)
-        if x.rank != 4 or w.rank != 4 or x.dtype is not w.dtype or x.dtype not in LIBRARY_DTYPES \
-                or x.shape[3] != w.shape[2] or len(strides) != 2 or len(dilations) != 2 \
-                or len(padding) != 4 or min(strides + dilations) < 1 or min(padding) < 0:
-            raise IRError(f"convolution of {x.dtype.name}{list(x.shape)} with "
-                          f"{w.dtype.name}{list(w.shape)} (strides {list(strides)}, dilations "
-                          f"{list(dilations)}, padding {list(padding)}) is invalid")
-        out = []
-        for d in range(2):
-            size = x.shape[1 + d] + padding[2 * d] + padding[2 * d + 1]
-            window = (w.shape[d] - 1) * dilations[d] + 1
-            if size < window:
-                raise IRError(f"convolution: window {window} exceeds the padded input {size}")
-            out.append((size - window) // strides[d] + 1)
-        attrs = {"strides": strides, "dilations": dilations, "padding": padding}
-        return self._add(Instr(Op.CONV, x.dtype, (x.shape[0], *out, w.shape[3]), (x, w), attrs))
+        shape, attrs = _convolution(x, w, strides, dilations, padding)
+        return self._add(Instr(Op.CONV, x.dtype, shape, (x, w), attrs))
+
+    def convolution_bias(self, x: Instr, w: Instr, bias: Instr, strides, dilations, padding,
+                         activation: str = "none") -> Instr:
+        """``activation(convolution(x, w) + bias)``, bias [O] added along the channels,
+        in one library call (passes/epilogue.py builds it from the three)."""
+        shape, attrs = _convolution(x, w, strides, dilations, padding)
+        if bias.rank != 1 or bias.dtype is not x.dtype or bias.shape[0] != w.shape[3] \
+                or activation not in CONV_ACTIVATIONS:
+            raise IRError(f"convolution-bias: bias {bias.dtype.name}{list(bias.shape)} for "
+                          f"{w.shape[3]} channels of {x.dtype.name}, activation {activation!r} "
+                          f"(one of {', '.join(CONV_ACTIVATIONS)})")
+        attrs["activation"] = activation
+        return self._add(Instr(Op.CONV_BIAS, x.dtype, shape, (x, w, bias), attrs))
 
     def conv_backprop(self, op: Op, a: Instr, grad: Instr, shape, strides, padding) -> Instr:
         """A gradient of the undilated convolution (``Op.CONV_BACKPROP_*``: filter HWIO)
@@ -161,3 +160,23 @@ class LibraryCalls:
                           f"non-empty f32/f64 {'[B, M, M]' if op is Op.SELF_ADJOINT_EIG else '[B, M, N]'}")
         start, size = spectral_parts(op, x.shape, attrs)[-1]
         return self._add(Instr(op, x.dtype, (start + size,), (x,), attrs))
+
+
+def _convolution(x: Instr, w: Instr, strides, dilations, padding) -> tuple:
+    """(result shape, attrs) of a 2-D convolution, its operands checked."""
+    strides, dilations, padding = tuple(strides), tuple(dilations), tuple(padding)
+    if x.rank != 4 or w.rank != 4 or x.dtype is not w.dtype or x.dtype not in LIBRARY_DTYPES \
+            or x.shape[3] != w.shape[2] or len(strides) != 2 or len(dilations) != 2 \
+            or len(padding) != 4 or min(strides + dilations) < 1 or min(padding) < 0:
+        raise IRError(f"convolution of {x.dtype.name}{list(x.shape)} with "
+                      f"{w.dtype.name}{list(w.shape)} (strides {list(strides)}, dilations "
+                      f"{list(dilations)}, padding {list(padding)}) is invalid")
+    out = []
+    for d in range(2):
+        size = x.shape[1 + d] + padding[2 * d] + padding[2 * d + 1]
+        window = (w.shape[d] - 1) * dilations[d] + 1
+        if size < window:
+            raise IRError(f"convolution: window {window} exceeds the padded input {size}")
+        out.append((size - window) // strides[d] + 1)
+    return (x.shape[0], *out, w.shape[3]), {"strides": strides, "dilations": dilations,
+                                            "padding": padding}

@@ -111,14 +111,26 @@ class Module(LibraryCalls):
                     users[o].append(i)
         return users
 
-    def renumber(self) -> None:
-        """Drops unreachable instructions and renames the rest densely."""
-        live, stack = set(), list(self.outputs) + list(self.params)
+    @staticmethod
+    def reachable(roots) -> set:
+        """``roots`` and every instruction they depend on."""
+        live, stack = set(), list(roots)
         while stack:
             i = stack.pop()
             if i not in live:
                 live.add(i)
                 stack.extend(i.operands)
+        return live
+
+    def live_users(self) -> dict:
+        """``users()`` without the readers no output depends on (what an earlier pass
+        replaced and left for DCE is no reader)."""
+        live = self.reachable(self.outputs)
+        return {i: [u for u in us if u in live] for i, us in self.users().items()}
+
+    def renumber(self) -> None:
+        """Drops unreachable instructions and renames the rest densely."""
+        live = self.reachable(list(self.outputs) + list(self.params))
         self.instrs = [i for i in self.instrs if i in live]
         counter = itertools.count()
         for i in self.instrs:

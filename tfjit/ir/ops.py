@@ -187,6 +187,9 @@ class Op(enum.Enum):
     # runtime-library calls
     DOT = ("dot", Kind.LIBRARY, 2)               # [B,]M,K x [B,]K,N; attrs: transpose_lhs/rhs
     CONV = ("convolution", Kind.LIBRARY, 2)      # NHWC x HWIO; attrs: strides, dilations, padding
+    # activation(convolution + bias[channel]) in one call (TF's _FusedConv2D; passes/epilogue.py):
+    # x, w, bias [O]; attrs: the convolution's and activation (one of CONV_ACTIVATIONS)
+    CONV_BIAS = ("convolution-bias", Kind.LIBRARY, 3)
     # gradients of an undilated convolution (attrs: strides, padding; see module.conv_backprop)
     CONV_BACKPROP_INPUT = ("convolution-backprop-input", Kind.LIBRARY, 2)   # filter, grad -> x
     CONV_BACKPROP_FILTER = ("convolution-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> filter
@@ -248,6 +251,9 @@ class Op(enum.Enum):
 
 
 _BY_SPELLING = {op.spelling: op for op in Op}
+
+# a fused convolution's activations, each TF's _FusedConv2D's fused_ops after "BiasAdd"
+CONV_ACTIVATIONS = ("none", "relu", "relu6")
 
 CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
                             Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})

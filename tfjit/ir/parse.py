@@ -293,6 +293,9 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.dot(xs[0], xs[1], a("transpose_lhs", 0), a("transpose_rhs", 0))
     elif op is Op.CONV:
         instr = m.convolution(xs[0], xs[1], a("strides", ()), a("dilations", ()), a("padding", ()))
+    elif op is Op.CONV_BIAS:
+        instr = m.convolution_bias(xs[0], xs[1], xs[2], a("strides", ()), a("dilations", ()),
+                                   a("padding", ()), a("activation", "none"))
     elif op is Op.QR:
         instr = m.qr(xs[0], a("full_matrices", 0))
     elif op is Op.FFT:

@@ -114,7 +114,7 @@ def library_flops(i) -> int:
     if i.op is Op.DOT:
         lhs = i.operands[0]
         return 2 * i.size * (lhs.shape[-2] if i.attrs["transpose_lhs"] else lhs.shape[-1])
-    if i.op is Op.CONV:
+    if i.op in (Op.CONV, Op.CONV_BIAS):
         kh, kw, c, _ = i.operands[1].shape
         return 2 * i.size * kh * kw * c
     if i.op is Op.QR:     # Householder (LAPACK's count): 2 l k^2 - 2 k^3 / 3 for R, about as many for Q

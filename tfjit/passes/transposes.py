@@ -86,13 +86,7 @@ class _Index:
 
     def __init__(self, c: Module):
         self.pos = {i: k for k, i in enumerate(c.instrs)}
-        live, stack = set(), list(c.outputs)
-        while stack:
-            i = stack.pop()
-            if i not in live:
-                live.add(i)
-                stack.extend(i.operands)
-        self.users = {i: [u for u in us if u in live] for i, us in c.users().items()}
+        self.users = c.live_users()
 
 
 def _inverse(p) -> tuple:

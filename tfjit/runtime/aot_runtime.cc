@@ -39,6 +39,15 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
     return 0;                                                                                 \
   }
 
+// activation(convolution + bias): the plain convolution, then the bias and activation
+#define TFJIT_AOT_CONV_BIAS(suffix, T)                                                          \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_conv2d_bias_##suffix(void*, int32_t,                       \
+                                                         TFJIT_CONV2D_BIAS_PARAMS(T)) {        \
+    tfjit_aot_rt_conv2d_##suffix(nullptr, 0, TFJIT_CONV2D_ARGS);                                \
+    TfjitBiasActivation(out, bias, batch * out_rows * out_cols, out_depth, activation);        \
+    return 0;                                                                                 \
+  }
+
 // a: the filter (..._input) or the input (..._filter); the output gradient has
 // out_depth = in_depth * filter_depth channels (depthwise) or filter_depth
 #define TFJIT_AOT_BACKPROP(name, of_input, depthwise, suffix, T)                                \
@@ -100,7 +109,8 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
   TFJIT_AOT_BACKPROP(conv2d_backprop_input, true, false, suffix, T)                  \
   TFJIT_AOT_BACKPROP(conv2d_backprop_filter, false, false, suffix, T)                \
   TFJIT_AOT_BACKPROP(depthwise_backprop_input, true, true, suffix, T)                \
-  TFJIT_AOT_BACKPROP(depthwise_backprop_filter, false, true, suffix, T)
+  TFJIT_AOT_BACKPROP(depthwise_backprop_filter, false, true, suffix, T)              \
+  TFJIT_AOT_CONV_BIAS(suffix, T)
 
 TFJIT_AOT_DEFINE(f32, float)
 TFJIT_AOT_DEFINE(f64, double)

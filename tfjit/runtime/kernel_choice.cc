@@ -121,17 +121,19 @@ void Choose(const std::string& key, Choice choice) {
 // in rounding from the later calls'. When TF is asked for deterministic ops the
 // default kernel always runs (no choice that could differ between runs or processes).
 int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, bool can_split,
-                       Measurement* m) {
+                       bool with_onednn, Measurement* m) {
   m->timed = false;
   if (OpDeterminismRequired()) return kDefault;
   // A call that can run in parts and one that cannot (in a concurrent group's task,
   // on one thread) are different choices: their kernels' times differ too.
-  std::string key = absl::StrCat(ChoiceKey(spec, inputs), can_split ? " in parts" : "");
+  std::string key = absl::StrCat(ChoiceKey(spec, inputs), can_split ? " in parts" : "",
+                                 with_onednn ? "" : " without oneDNN");
   absl::MutexLock l(&choices_mu);
   auto it = Choices().find(key);
   if (it != Choices().end()) return it->second.family;
   Trial& trial = Trials()[key];
   trial.candidate[kSplit] = can_split;
+  trial.candidate[kOneDnn] = with_onednn;
   int32_t family = -1;   // the competing family that has run least (the first on ties)
   for (int32_t f : kCandidates) {
     if (Competes(trial, f) && (family < 0 || trial.runs[f] < trial.runs[family])) family = f;

@@ -29,6 +29,36 @@
       out_rows, out_cols, row_stride, col_stride, row_dilation, col_dilation, pad_top,        \
       pad_bottom, pad_left, pad_right
 
+// A convolution with its bias and activation fused (_FusedConv2D): the convolution's
+// parameters with the bias [out_depth] after the filter, then the activation.
+#define TFJIT_CONV2D_BIAS_PARAMS(T)                                                          \
+  T *out, const T *input, const T *filter, const T *bias, int64_t batch, int64_t in_rows,     \
+      int64_t in_cols, int64_t in_depth, int64_t filter_rows, int64_t filter_cols,            \
+      int64_t out_depth, int64_t out_rows, int64_t out_cols, int64_t row_stride,              \
+      int64_t col_stride, int64_t row_dilation, int64_t col_dilation, int64_t pad_top,        \
+      int64_t pad_bottom, int64_t pad_left, int64_t pad_right, int32_t activation
+
+// The activations (codegen/library.py ACTIVATION_CODES) and TF's fused_ops naming them.
+enum TfjitActivation : int32_t { kTfjitNoActivation = 0, kTfjitRelu = 1, kTfjitRelu6 = 2 };
+
+// out[p, c] = activation(out[p, c] + bias[c]) over `positions` rows of `depth`: what
+// the fused call adds to a plain convolution where no TF kernel runs it (the host
+// runner, tfjit-aot), as the interpreter computes it (max/min keep a NaN, and
+// max(-0, 0) is -0, the IR's maximum).
+template <typename T>
+inline void TfjitBiasActivation(T* out, const T* bias, int64_t positions, int64_t depth,
+                                int32_t activation) {
+  for (int64_t p = 0; p < positions; ++p) {
+    T* row = out + p * depth;
+    for (int64_t c = 0; c < depth; ++c) {
+      T v = row[c] + bias[c];
+      if (activation != kTfjitNoActivation && !(v >= T(0) || v != v)) v = T(0);
+      if (activation == kTfjitRelu6 && !(v <= T(6) || v != v)) v = T(6);
+      row[c] = v;
+    }
+  }
+}
+
 // Gradients (no dilation): `a` is the filter (..._input: out is dx) or the
 // forward input (..._filter: out is dw); `grad` is the output gradient.
 #define TFJIT_BACKPROP_PARAMS(T)                                                              \

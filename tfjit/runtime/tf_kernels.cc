@@ -32,6 +32,8 @@
 //     stored k x m when transpose_lhs; rhs[b] likewise, n x k when transpose_rhs.
 //   tfjit_rt_conv2d_<t>(runtime, kernel, TFJIT_CONV2D_PARAMS)
 //     NHWC input, HWIO filter, NHWC output, explicit zero padding: TF's Conv2D.
+//   tfjit_rt_conv2d_bias_<t>(runtime, kernel, TFJIT_CONV2D_BIAS_PARAMS)
+//     activation(that convolution + bias[channel]): TF's _FusedConv2D.
 //   tfjit_rt_{conv2d,depthwise}_backprop_{input,filter}_<t>(runtime, kernel,
 //                                                          TFJIT_BACKPROP_PARAMS)
 //     TF's Conv2DBackpropInput/Filter and DepthwiseConv2dNativeBackpropInput/
@@ -143,6 +145,7 @@ const char* OneDnnOp(absl::string_view op) {
       {"MatMul", "_MklMatMul"},
       {"BatchMatMulV2", "_MklBatchMatMulV2"},
       {"Conv2D", "_MklNativeConv2D"},
+      {"_FusedConv2D", "_MklNativeFusedConv2D"},
       {"Conv2DBackpropInput", "_MklNativeConv2DBackpropInput"},
       {"Conv2DBackpropFilter", "_MklNativeConv2DBackpropFilter"},
       {"DepthwiseConv2dNativeBackpropInput", "_MklNativeDepthwiseConv2dNativeBackpropInput"},
@@ -252,12 +255,14 @@ namespace {
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr) {
   Measurement measurement;
-  const bool measured = family == kMeasured;
+  const bool measured = family == kMeasured || family == kMeasuredWithoutOneDnn;
   // Only a measured call may run in parts, and MeasuredFamily hands out kSplit only
   // under the key of calls that can (so `workers` is set whenever family is kSplit).
   const DeviceBase::CpuWorkerThreads* workers =
       measured ? SplitWorkers(runtime, parts, inputs, out) : nullptr;
-  if (measured) family = MeasuredFamily(spec, inputs, workers != nullptr, &measurement);
+  if (measured) {
+    family = MeasuredFamily(spec, inputs, workers != nullptr, family == kMeasured, &measurement);
+  }
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<OpKernel*> kernel =
       CachedKernel(runtime->ctx, family == kSplit ? kDefault : family, spec);
@@ -398,27 +403,59 @@ int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T),
   return Run(rt, family, spec, inputs, Borrow(dtype, out_shape, out), &parts);
 }
 
+// TF's fused_ops for a fused convolution's activation (TfjitActivation).
+std::vector<std::string> FusedOps(int32_t activation) {
+  if (activation == kTfjitRelu) return {"BiasAdd", "Relu"};
+  if (activation == kTfjitRelu6) return {"BiasAdd", "Relu6"};
+  return {"BiasAdd"};
+}
+
+// A convolution, or with `bias` (not null) activation(convolution + bias) in one call:
+// TF's _FusedConv2D kernel (or oneDNN's), which adds the bias and applies the activation
+// to each block of the output while it is in cache, as TF's remapper fuses graph mode's
+// Conv2D + BiasAdd + Relu; without a launch, the host library's convolution and then
+// TfjitBiasActivation.
 template <typename T>
-int32_t Conv2D(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T),
-               HostFn<TfjitConv2DFn<T>> eigen) {
+int32_t Convolution(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T), const T* bias,
+                    int32_t activation, HostFn<TfjitConv2DFn<T>> eigen) {
+  const int64_t positions = batch * out_rows * out_cols;
   if (in_rows == 0 || in_cols == 0 || in_depth == 0 || filter_rows == 0 || filter_cols == 0) {
-    Zero(out, batch * out_rows * out_cols * out_depth);   // every window is all padding
+    Zero(out, positions * out_depth);   // every window is all padding
+    if (bias != nullptr) TfjitBiasActivation(out, bias, positions, out_depth, activation);
     return 0;
   }
-  if (runtime == nullptr) return RunOnHost(eigen, TFJIT_CONV2D_ARGS);
+  if (runtime == nullptr) {
+    const int32_t rc = RunOnHost(eigen, TFJIT_CONV2D_ARGS);
+    if (rc == 0 && bias != nullptr) TfjitBiasActivation(out, bias, positions, out_depth, activation);
+    return rc;
+  }
   auto* rt = static_cast<RuntimeContext*>(runtime);
   const DataType dtype = DataTypeToEnum<T>::v();
   const ConvAttrs attrs(in_rows, in_cols, filter_rows, filter_cols, row_stride, col_stride,
                         row_dilation, col_dilation, pad_top, pad_bottom, pad_left, pad_right);
-  auto add_attrs = [&](NodeDef* def) { attrs.Add(def); };
-  const KernelSpec spec{"Conv2D", dtype, 2, attrs.Key(), add_attrs};
-  Tensor inputs[2] = {
+  auto add_attrs = [&](NodeDef* def) {
+    attrs.Add(def);
+    if (bias == nullptr) return;
+    AddNodeAttr("num_args", 1, def);
+    AddNodeAttr("fused_ops", FusedOps(activation), def);
+    const OpDef* op_def = nullptr;      // TF's op types its args; oneDNN's takes T for all
+    if (OpRegistry::Global()->LookUpOpDef(def->op(), &op_def).ok() &&
+        FindAttr("TArgs", *op_def) != nullptr) {
+      AddNodeAttr("TArgs", DataTypeVector{dtype}, def);
+    }
+  };
+  const KernelSpec spec{bias == nullptr ? "Conv2D" : "_FusedConv2D", dtype,
+                        bias == nullptr ? 2 : 3,
+                        bias == nullptr ? attrs.Key() : absl::StrCat(attrs.Key(), "/", activation),
+                        add_attrs};
+  Tensor inputs[3] = {
       Borrow(dtype, TensorShape({batch, in_rows, in_cols, in_depth}), input),
-      Borrow(dtype, TensorShape({filter_rows, filter_cols, in_depth, out_depth}), filter)};
+      Borrow(dtype, TensorShape({filter_rows, filter_cols, in_depth, out_depth}), filter),
+      bias == nullptr ? Tensor() : Borrow(dtype, TensorShape({out_depth}), bias)};
   const Tensor result = Borrow(dtype, TensorShape({batch, out_rows, out_cols, out_depth}), out);
   // Parts: a 1x1 convolution of stride 1 without padding is a product of its positions
   // ([1, 1, positions, depth] parts: TF's kernel takes its matrix-product path for
-  // them too); any other divides into its images.
+  // them too); any other divides into its images.  The bias is every part's.
   const bool pointwise = filter_rows == 1 && filter_cols == 1 && row_stride == 1 &&
                          col_stride == 1 && std::strcmp(attrs.padding, "VALID") == 0;
   auto part_shape = [&](int64_t r, int operand) {
@@ -427,8 +464,8 @@ int32_t Conv2D(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T),
     return of_output ? TensorShape({r, out_rows, out_cols, out_depth})
                      : TensorShape({r, in_rows, in_cols, in_depth});
   };
-  const RowParts parts{pointwise ? batch * in_rows * in_cols : batch, part_shape};
-  return Run(rt, family, spec, inputs, result, &parts);
+  const RowParts parts{pointwise ? positions : batch, part_shape};
+  return Run(rt, family, spec, absl::MakeSpan(inputs, bias == nullptr ? 2 : 3), result, &parts);
 }
 
 // The four gradients: `op` takes (input_sizes, filter, grad) when `of_input`, else
@@ -521,8 +558,13 @@ const TfjitLinalg* HostLinalg() { return host_linalg.load(std::memory_order_acqu
   }                                                                                              \
   TFJIT_EXPORT int32_t tfjit_rt_conv2d_##suffix(void* runtime, int32_t kernel,                   \
                                                 TFJIT_CONV2D_PARAMS(T)) {                        \
-    return tensorflow::tfjit::Conv2D<T>(runtime, kernel, TFJIT_CONV2D_ARGS,                      \
-                                        &TfjitLinalg::conv2d_##suffix);                            \
+    return tensorflow::tfjit::Convolution<T>(runtime, kernel, TFJIT_CONV2D_ARGS, nullptr, 0,    \
+                                             &TfjitLinalg::conv2d_##suffix);                     \
+  }                                                                                              \
+  TFJIT_EXPORT int32_t tfjit_rt_conv2d_bias_##suffix(void* runtime, int32_t kernel,              \
+                                                     TFJIT_CONV2D_BIAS_PARAMS(T)) {             \
+    return tensorflow::tfjit::Convolution<T>(runtime, kernel, TFJIT_CONV2D_ARGS, bias,          \
+                                             activation, &TfjitLinalg::conv2d_##suffix);         \
   }                                                                                              \
   TFJIT_BACKPROP(conv2d_backprop_input, "Conv2DBackpropInput", true, false, suffix, T)           \
   TFJIT_BACKPROP(conv2d_backprop_filter, "Conv2DBackpropFilter", false, false, suffix, T)        \

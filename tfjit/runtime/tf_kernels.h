@@ -54,6 +54,10 @@ enum Family : int32_t {
   // side by side, one thread each (kernel_parts.cc ComputeInParts), for calls that
   // divide into independent rows (RowParts).
   kSplit = 3,
+  // kMeasured without oneDNN's kernel among the candidates: a fused ReLU where TF's
+  // graph mode does not run oneDNN (its post-op's max turns NaN into 0; TF's Relu and
+  // Eigen's fused kernel keep NaN).
+  kMeasuredWithoutOneDnn = 4,
 };
 // The families a measured call chooses among, indexed by Family (kMeasured's slot
 // stays unused).
@@ -102,11 +106,11 @@ struct Measurement {
 };
 
 // The family a kMeasured call runs (kernel_choice.cc): while its op, attributes and
-// shapes are being measured, each candidate in turn (default and oneDNN, and kSplit
-// where `can_split`), with `*m` saying how to report the run to RecordMeasurement;
-// the fastest one after.
+// shapes are being measured, each candidate in turn (default, oneDNN where
+// `with_onednn`, and kSplit where `can_split`), with `*m` saying how to report the run
+// to RecordMeasurement; the fastest one after.
 int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, bool can_split,
-                       Measurement* m);
+                       bool with_onednn, Measurement* m);
 
 // Reports a run of `family` that MeasuredFamily handed out: whether it succeeded and
 // how long it took.

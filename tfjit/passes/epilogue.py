@@ -1,0 +1,174 @@
+"""A convolution's bias and activation folded into its library call.
+
+A Keras ``Conv2D(..., activation="relu")`` is a convolution, a bias added along the
+channels, and a ReLU.  As three instructions, the convolution call writes its whole
+output and a loop kernel reads it back, adds the bias, clamps and writes it again:
+one more pass over the largest tensor of the layer, out of cache (a [32,16,16,16,16]
+f32 3-D convolution's output, 8 MB: 1.15 ms of a 4.8 ms layer on 2 cores of
+Sapphire Rapids, where graph mode's whole Conv3D + bias + ReLU took 3.5).  TF's
+graph mode has the same problem and its remapper's answer: ``_FusedConv2D``, whose
+kernels (Eigen's output kernel, oneDNN's post-ops) add the bias and apply the
+activation to each block of the output while it is in cache.  ``FoldConvolutionBias``
+rewrites
+
+    activation(reshape*(convolution(x, w)) + broadcast(bias))
+
+into ``reshape(convolution-bias(x, w, bias, activation))`` (runtime/tf_kernels.cc
+runs TF's _FusedConv2D), where
+
+* every reshape between them keeps the channels last (the bias still varies along
+  the last dim: a 3-D convolution's 2-D call reshaped back to 5-D, a 1-D one's
+  squeezed);
+* the bias is a broadcast of O values along the last dim (BiasAdd's, or Keras 3's
+  add of a [1, 1, 1, O] bias);
+* the activation is none, ``max(v, 0)`` (Relu), or ``min(max(v, 0), 6)`` (Relu6) --
+  the fused_ops TF's kernels take; others (ELU, GELU, swish) stay loop kernels after
+  a fused bias;
+* each value replaced is read by the next instruction alone (a training step reads
+  the ReLU's output, not the sum before it, so its convolutions fold too);
+* the result is written to memory anyway (``_materialized``): read by another
+  convolution or a dot, by several instructions (a training step's ReLU output: the
+  next layer and ReluGrad; a pool's taps), or an output.  Where one reduction or
+  elementwise op reads it, fusion already computes the bias and activation in that
+  op's kernel.
+
+A NaN before the ReLU: TF's Relu and Eigen's fused kernel keep it, oneDNN's post-op
+(a vmaxps against 0) gives 0.  TF's graph mode with its oneDNN rewrite on fuses to
+oneDNN's kernel and gives 0; so a fused ReLU runs oneDNN's kernel only where TF's
+graph mode runs oneDNN (codegen/library.py tf_kernel), else it is measured among the
+default kernel whole and in parts.
+
+The sum and clamps round as the instructions they replace; the convolution's own
+sum is the kernel's, as before (the interpreter computes the same steps,
+ir/interp.py).  f16/bf16 convolutions compute in f32 between converts and are not
+matched (the add reads the convert); f64 ones are left as they were (oneDNN has no
+f64 kernel, and Eigen's fused one was not measured).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tfjit import dtypes as dt
+from tfjit.ir.module import Instr, Module
+from tfjit.ir.ops import Kind, Op
+from tfjit.passes.simplify import substitute
+
+
+class FoldConvolutionBias:
+    name = "fold-convolution-bias"
+
+    def run(self, m: Module) -> bool:
+        return any([self._run(c) for c in m.computations() + [m]])
+
+    def _run(self, m: Module) -> bool:
+        users, outputs = m.live_users(), set(m.outputs)  # CSE's leftovers read nothing
+        # the last instruction of each fold: its activation, else its add
+        ends = {}
+        for i in m.instrs:
+            fold = _fold_at(i, users, outputs)
+            if fold is not None:
+                ends[fold[-1]] = fold
+        if not ends:
+            return False
+        return substitute(m, lambda i: _rewrite(ends[i]) if i in ends else None)
+
+
+def _only_reader(x: Instr, reader: Instr, users: dict, outputs: set) -> bool:
+    return x not in outputs and users[x] == [reader]
+
+
+def _scalar(x: Instr, value: float) -> bool:
+    """Is ``x`` ``value`` everywhere, sign of zero included (a constant, broadcast or
+    not: lowering folds Relu's zeros into a splat constant)?"""
+    while x.op is Op.BROADCAST:
+        x = x.operands[0]
+    if x.op is not Op.CONSTANT or x.value.size == 0:
+        return False
+    v = np.asarray(x.value)
+    return bool(np.all(v == value) and not np.any(np.signbit(v)))
+
+
+def _bias(b: Instr, channels: int) -> Instr | None:
+    """The [channels] values ``b`` broadcasts along its last dim, or None."""
+    if b.op is not Op.BROADCAST or b.shape[-1] != channels:
+        return None
+    src = b.operands[0]
+    varying = [d for d, s in zip(b.attrs["dims"], src.shape) if s != 1]
+    if src.size != channels or varying != [b.rank - 1]:
+        return None
+    return src
+
+
+def _fold_at(add: Instr, users: dict, outputs: set) -> list | None:
+    """[conv, add, bias source, activation, end] for the add of a convolution's bias."""
+    if add.op is not Op.ADD or add.dtype is not dt.F32:
+        return None
+    for k in (0, 1):
+        v, b = add.operands[k], add.operands[1 - k]
+        reader = add
+        while _keeps_channels(v) and _only_reader(v, reader, users, outputs):
+            reader, v = v, v.operands[0]
+        if v.op is not Op.CONV or not _only_reader(v, reader, users, outputs):
+            continue
+        bias = _bias(b, v.shape[-1])
+        if bias is None:
+            continue
+        activation, end = "none", add
+        nxt = users[add] if add not in outputs else []
+        if len(nxt) == 1 and nxt[0].op is Op.MAX and _clamps(nxt[0], add, 0.0):
+            activation, end = "relu", nxt[0]
+            after = users[end] if end not in outputs else []
+            if len(after) == 1 and after[0].op is Op.MIN and _clamps(after[0], end, 6.0):
+                activation, end = "relu6", after[0]
+        if not _materialized(end, users, outputs):
+            return None
+        return [v, add, bias, activation, end]
+    return None
+
+
+def _materialized(end: Instr, users: dict, outputs: set) -> bool:
+    """Is ``end`` written to memory whatever this pass does: an output, read by several
+    instructions, or read (through reshapes) by a library call, which takes dense
+    buffers?  Read by one other instruction, fusion puts the bias and activation into
+    that reader's kernel (a reduction, an ELU), which reads the convolution's output
+    once either way; folding gained nothing there (the resizing and padding layer
+    models' predict steps, a ReLU before a global pool or an ELU: within noise or 5-10%
+    slower, 2 runs each).  A pool reads it through one slice per tap: several readers."""
+    if end in outputs or len(users[end]) != 1:
+        return True
+    reader = users[end][0]
+    while reader.op is Op.RESHAPE and reader not in outputs and len(users[reader]) == 1:
+        reader = users[reader][0]
+    return reader.op.kind is Kind.LIBRARY
+
+
+def _keeps_channels(v: Instr) -> bool:
+    """A reshape whose result and operand both have the channels as their last dim."""
+    return v.op is Op.RESHAPE and v.rank > 0 and v.operands[0].rank > 0 \
+        and v.shape[-1] == v.operands[0].shape[-1]
+
+
+def _clamps(op: Instr, value: Instr, bound: float) -> bool:
+    """Is ``op`` max/min(value, bound) in either order?"""
+    a, b = op.operands
+    return (a is value and _scalar(b, bound)) or (b is value and _scalar(a, bound))
+
+
+def _rewrite(fold: list) -> list:
+    conv, add, bias, activation, end = fold
+    made = []
+    if bias.rank != 1:
+        bias = Instr(Op.RESHAPE, bias.dtype, (bias.size,), (bias,), name=f"{end.name}.bias",
+                     source=add.source)
+        made.append(bias)
+    fused = Instr(Op.CONV_BIAS, conv.dtype, conv.shape, (*conv.operands, bias),
+                  dict(conv.attrs, activation=activation), name=f"{end.name}.conv",
+                  source=conv.source)
+    made.append(fused)
+    if fused.shape != end.shape:
+        assert math.prod(end.shape) == math.prod(fused.shape)
+        made.append(Instr(Op.RESHAPE, end.dtype, end.shape, (fused,), name=end.name,
+                          source=end.source))
+    return made
