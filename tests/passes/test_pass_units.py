@@ -153,7 +153,8 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "mish-factor", "fold-batch-into-contraction",
-                                      "cancel-transposes", "two-stage-reductions", "dce", "collapse-dims",
+                                      "cancel-transposes", "fold-convolution-bias", "two-stage-reductions",
+                                      "dce", "collapse-dims",
                                       "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",
                                       "concurrency"]
 
