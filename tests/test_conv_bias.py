@@ -114,6 +114,10 @@ def test_what_does_not_fold(rng):
     # the sum read by something else besides the ReLU: the bias folds, the ReLU stays
     _check(lambda x, w, b: (tf.nn.relu(conv(x, w) + b), tf.reduce_sum(conv(x, w) + b)),
            (x, w, b), ["none"])
+    # max(0, v) is not Relu's max(v, 0) for v = -0 (the IR's max keeps its first operand
+    # on ties): no ReLU to fold, and the sum's one reader is that max
+    _check(lambda x, w, b: (lambda r: (r, r * 2.0))(tf.maximum(0.0, conv(x, w) + b)),
+           (x, w, b), [])
     # ELU is no fused_ops of TF's kernel: a folded bias, then a loop kernel
     _check(lambda x, w, b: tf.nn.elu(tf.nn.bias_add(conv(x, w), b)), (x, w, b), ["none"])
     # Relu6's clamp only as max then min at 0 and 6 (the ReLU's output read twice)

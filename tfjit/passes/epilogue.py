@@ -151,9 +151,11 @@ def _keeps_channels(v: Instr) -> bool:
 
 
 def _clamps(op: Instr, value: Instr, bound: float) -> bool:
-    """Is ``op`` max/min(value, bound) in either order?"""
+    """Is ``op`` max/min(value, bound), in that order (Relu's and Relu6's lowering, whose
+    -0 and NaN the fused kernels and the interpreter's convolution-bias follow; the IR's
+    max(0, -0) is +0, max(-0, 0) is -0)?"""
     a, b = op.operands
-    return (a is value and _scalar(b, bound)) or (b is value and _scalar(a, bound))
+    return a is value and _scalar(b, bound)
 
 
 def _rewrite(fold: list) -> list:
