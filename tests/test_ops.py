@@ -480,7 +480,7 @@ def packet_aligned(vals: np.ndarray) -> np.ndarray:
     code for whole packets and scalar C++ casts for the rest (the last n % 8..32
     elements); the two disagree on NaN and out-of-range values, so TF's answer
     depends on the element's position.  tfjit gives the vector path's value
-    everywhere (tfjit/ir/interp.py's ``_float_to_int``); a length that is a multiple
+    everywhere (tfjit/ir/interp_cast.py's ``float_to_int``); a length that is a multiple
     of every packet, small enough that TF runs it on one thread, puts every element
     of TF's result on that path too, in its kernels and when grappler folds."""
     return np.resize(vals, -(-3 * vals.size // 256) * 256)

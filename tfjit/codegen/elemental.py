@@ -349,8 +349,8 @@ class Elemental:
         return b.select(in_range, b.fptosi(x, t), ir.Constant(t, 1 << (bits - 1)))
 
     def _float_to_int(self, x, src, dst):
-        """TF's Cast on x86-64 as its vector path computes it (see interp.py's
-        ``_float_to_int`` for the rules and why the vector path)."""
+        """TF's Cast on x86-64 as its vector path computes it (see interp_cast.py's
+        ``float_to_int`` for the rules and why the vector path)."""
         b = self.b
         t = value_type(dst)
         if dst in (dt.I32, dt.I64):

@@ -23,10 +23,10 @@ corners where plain numpy differs:
   BITCAST reinterprets bits; the ``-libm`` ops, TRUNCATED_NORMAL (interp_rng.py) and
   igamma/betainc/zeta/lgamma/... (Eigen's code, interp_special*.py) call the C library as TF does.
 * The runtime-library ops (dot, convolutions, QR, the solvers, the FFTs) are numpy's (interp_linalg.py).
-* CONVERT is TF's Cast; see ``_convert``.  For out-of-range float->integer
+* CONVERT is TF's Cast (interp_cast.py).  For out-of-range float->integer
   values TF's own result depends on whether Eigen takes its vector or scalar
   path; this follows the vector path, TF's for almost every element of a real
-  tensor (``_float_to_int``), as the codegen does.
+  tensor (``interp_cast.float_to_int``), as the codegen does.
 """
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ import math
 import ml_dtypes
 import numpy as np
 
-from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
+from tfjit.ir.interp_cast import convert as _convert, flush as _flush
 from tfjit.ir.ops import COMPLEX_LIBM, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 
 
@@ -87,13 +87,6 @@ def evaluate_instr(instr: Instr, operand_values: list) -> np.ndarray:
 
 
 # -- helpers ----------------------------------------------------------------
-
-def _flush(x: np.ndarray) -> np.ndarray:
-    """Denormals to signed zero, as DAZ/FTZ do (f32/f64 only)."""
-    if x.dtype not in (np.float32, np.float64):
-        return x
-    return np.where(np.abs(x) < np.finfo(x.dtype).tiny, np.copysign(x.dtype.type(0), x), x)
-
 
 def _lowest(dtype: np.dtype):
     if dtype == np.bool_:
@@ -216,75 +209,8 @@ def _extremum(greater_or_equal):
     return run
 
 
-def _conv_bias(instr, x, w, bias):
-    """activation(convolution + bias), each step rounded and flushed as the three
-    instructions it replaces (passes/epilogue.py) would be."""
-    a = instr.attrs
-    y = _flush(np.asarray(interp_linalg.conv(x, w, a["strides"], a["dilations"], a["padding"])))
-    y = _flush(np.asarray(y + bias, y.dtype))
-    if a["activation"] in ("relu", "relu6"):
-        y = _extremum(np.greater_equal)(y, np.zeros((), y.dtype))
-    if a["activation"] == "relu6":
-        y = _extremum(np.less_equal)(y, np.asarray(6, y.dtype))
-    return y
-
-
 def _logical_or_bitwise(logical, bitwise):
     return lambda *xs: logical(*xs) if xs[0].dtype == np.bool_ else bitwise(*xs)
-
-
-# -- CONVERT (TF's Cast on x86-64) ------------------------------------------
-
-def _to_signed(x: np.ndarray, bits: int) -> np.ndarray:
-    """cvttsd2si to a ``bits``-wide int: truncation, or INT_MIN for NaN/inf/out of range."""
-    lo = -2.0 ** (bits - 1)
-    ok = (x >= lo) & (x < -lo)
-    return np.where(ok, np.trunc(np.where(ok, x, 0.0)), lo).astype(np.int64)
-
-
-def _float_to_int(x: np.ndarray, source: dt.DType, target: dt.DType) -> np.ndarray:
-    """TF's Cast as its vector path computes it.  TF's Eigen kernel runs whole packets
-    through vector code and the rest (a tensor's last n % 8..32 elements, and block
-    ends when it splits the work over threads) through scalar C++ casts, and the two
-    disagree on NaN and out-of-range values; where an element falls depends on the
-    tensor's size and TF's thread count.  tfjit gives the vector path's value, which
-    is TF's for almost every element of a real tensor, on every element.  The rules
-    were measured on TF 2.21's x86-64 wheel (tests/test_ops.py checks them):
-    8/16-bit: the i32 conversion (INT_MIN for NaN/out of range) saturated, except
-    f64/f16 -> u8, which goes through u16 read back as i16 first; u32: the i32
-    conversion below 2**31, above it that of x - 2**31 with the top bit set."""
-    x = x.astype(np.float64)        # exact for every float type
-    if target in (dt.I32, dt.I64):
-        return _to_signed(x, target.bits).astype(target.numpy())
-    if target is dt.U64:
-        a, b = _to_signed(x, 64), _to_signed(x - 2.0 ** 63, 64)
-        return (((a >> 63) & b) | a).astype(np.uint64)
-    c = _to_signed(x, 32)
-    if target is dt.U32:
-        high = _to_signed(x - 2.0 ** 31, 32) | (1 << 31)
-        return np.where(x < 2.0 ** 31, c, high).astype(np.int64).astype(np.uint32)
-    if target is dt.U8 and source in (dt.F64, dt.F16):
-        c = np.clip(c, 0, 0xFFFF).astype(np.uint16).view(np.int16).astype(np.int64)
-    info = np.iinfo(target.numpy())
-    return np.clip(c, info.min, info.max).astype(target.numpy())
-
-
-def _convert(x: np.ndarray, source: dt.DType, target: dt.DType) -> np.ndarray:
-    if source in (dt.F16, dt.BF16) and target is dt.PRED:
-        return x.astype(np.float32) != 0    # Eigen tests the bits: a bf16 denormal is true
-    if source.is_float and target.is_int:
-        return _float_to_int(x, source, target)
-    if source in (dt.F16, dt.BF16):         # Eigen widens half types to f32 (exactly) first
-        return _convert(x.astype(np.float32), dt.F32, target)
-    if target is dt.PRED:
-        return _flush(x) != 0
-    if target in (dt.F16, dt.BF16):         # via f32 as Eigen does (double rounding from f64)
-        if source is not dt.F32:
-            x = _convert(x, source, dt.F32)
-        return x.astype(target.numpy())
-    if source.is_float and target.is_float:
-        return _flush(_flush(x).astype(target.numpy()))
-    return x.astype(target.numpy())         # ints wrap, int->float rounds to nearest, bool -> 0/1
 
 
 # -- reductions -------------------------------------------------------------
@@ -592,7 +518,6 @@ _EVAL = {
     Op.TOP_K: _top_k,
     Op.CONV: _fpu_instr(lambda instr, x, w: interp_linalg.conv(x, w, instr.attrs["strides"],
                                                                instr.attrs["dilations"], instr.attrs["padding"])),
-    Op.CONV_BIAS: lambda instr, vals: _conv_bias(instr, *[_flush(v) for v in vals]),
     **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
     Op.QR: _fpu_instr(interp_linalg.qr),
     Op.FFT: _fpu_instr(interp_linalg.fft),
@@ -601,6 +526,19 @@ _EVAL = {
     Op.MATRIX_SOLVE_LS: _fpu_instr(interp_linalg.solve_ls),
     Op.LU: _fpu_instr(interp_linalg.lu),
 }
+def _conv_bias(instr, vals):
+    """activation(convolution + bias): the entries of the instructions it replaces
+    (passes/epilogue.py), so each step rounds and flushes as they do."""
+    x, w, bias = vals
+    y = _EVAL[Op.ADD](instr, [_EVAL[Op.CONV](instr, [x, w]), bias])
+    if instr.attrs["activation"] != "none":
+        y = _EVAL[Op.MAX](instr, [y, np.zeros((), y.dtype)])
+    if instr.attrs["activation"] == "relu6":
+        y = _EVAL[Op.MIN](instr, [y, np.asarray(6, y.dtype)])
+    return y
+
+
+_EVAL[Op.CONV_BIAS] = _conv_bias
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
 _EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice
 _MISSING = set(Op) - set(_EVAL) - set(_CONTROL) - {Op.PARAMETER}

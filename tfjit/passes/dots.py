@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
-from tfjit.passes.simplify import substitute
+from tfjit.passes.simplify import only_reader, substitute
 
 
 class FoldBatchIntoContraction:
@@ -51,19 +51,15 @@ def _source(x: Instr) -> Instr:
     return x
 
 
-def _only_user(x: Instr, user: Instr, users: dict, outputs: set) -> bool:
-    return x not in outputs and users[x] == [user]
-
-
 def _folded(r: Instr, users: dict, outputs: set) -> list | None:
     """[reshape of a, reshape of b, the dot] replacing reduction ``r``, or None."""
     if r.op is not Op.REDUCE or r.attrs.get("kind") != "sum" or r.attrs.get("ndims") != 1:
         return None
     t = r.operands[0]
-    if t.op is not Op.TRANSPOSE or t.attrs["perm"] != (1, 2, 0) or not _only_user(t, r, users, outputs):
+    if t.op is not Op.TRANSPOSE or t.attrs["perm"] != (1, 2, 0) or not only_reader(t, r, users, outputs):
         return None
     d = t.operands[0]
-    if d.op is not Op.DOT or d.rank != 3 or not _only_user(d, t, users, outputs):
+    if d.op is not Op.DOT or d.rank != 3 or not only_reader(d, t, users, outputs):
         return None
     if (d.attrs["transpose_lhs"], d.attrs["transpose_rhs"]) != (1, 0):
         return None

@@ -38,6 +38,11 @@ def substitute(m: Module, rewrite) -> bool:
     return True
 
 
+def only_reader(x: Instr, reader: Instr, users: dict, outputs: set) -> bool:
+    """Is ``reader`` all that reads ``x`` (no other instruction, not an output)?"""
+    return x not in outputs and users[x] == [reader]
+
+
 class CSE:
     """Replaces an instruction by an identical earlier one (same op, operands, attrs)."""
     name = "cse"
