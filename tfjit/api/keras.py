@@ -8,10 +8,14 @@ make.  The hook therefore replaces the trainer module's ``tf`` by a stand-in
 (``_TensorFlow``): the same module for every other name, and a ``function`` that,
 while one of those three methods runs for a model, turns a ``jit_compile=True``
 step into a must-compile ``tfjit.Function``.  Everything around it stays Keras's:
-the outer ``multi_step_on_iterator`` tf.function, ``steps_per_execution``'s
-while loop, the distribution wrapper.  The step runs there as a TfjitLaunch
-node; Keras traces it with an unknown batch dimension, so it compiles for each
-concrete batch shape when it first runs.
+the outer ``multi_step_on_iterator`` (fit, evaluate) and predict functions,
+``steps_per_execution``'s while loop, the distribution wrapper.  Where that outer
+function would hold nothing but the step (no strategy, one step per execution),
+it runs as plain Python, as Keras runs it with ``run_eagerly=True``: the step is
+then called eagerly, once per batch shape compiled, and its launch runs on the
+calling thread (``_runs_eagerly`` says why).  Otherwise the outer function is a
+tf.function, the step runs there as a TfjitLaunch node, traced with an unknown
+batch dimension, and compiles for each concrete batch shape when it first runs.
 
 ``jit_compile="auto"``.  Keras resolves it in ``Trainer._resolve_auto_jit_compile``
 and says no on machines without a GPU.  With the hook, "auto" on a CPU machine is
@@ -49,7 +53,7 @@ _STEP_ATTRS = {"train": "train_function", "test": "test_function", "predict": "p
 
 _lock = threading.RLock()
 _saved: dict | None = None            # (owner, name) -> original, while enabled
-_making = threading.local()           # .current = (model, kind) while Keras makes a step
+_making = threading.local()           # .current: a _Making while Keras makes a step
 _auto = weakref.WeakKeyDictionary()   # model -> True: "auto" resolved by tfjit
 _steps = weakref.WeakKeyDictionary()  # model -> {kind: weakref to its tfjit Function}
 _said = weakref.WeakKeyDictionary()   # model -> True: its fallback line was logged
@@ -82,9 +86,11 @@ class _TensorFlow:
         if func is None:
             return lambda f: self.function(f, **kwargs)
         current = getattr(_making, "current", None)
+        if current is not None and not kwargs.get("jit_compile") and _runs_eagerly(current):
+            return _eager_outer(func)
         if current is None or not kwargs.get("jit_compile"):
             return self._module.function(func, **kwargs)
-        model, kind = current
+        model, kind = current.model, current.kind
         unknown = sorted(set(kwargs) - _FUNCTION_OPTIONS)
         if unknown:     # a Keras newer than this hook: do what it asks, with TF
             _warn_once("options", f"tfjit: Keras asks tf.function for {unknown}; its steps are "
@@ -100,6 +106,7 @@ class _TensorFlow:
             _steps.setdefault(model, {})[kind] = weakref.ref(step)   # the model holds the step
             return step
         strategy = getattr(model, "_distribute_strategy", None)
+        current.step_made = strategy is None
         if strategy is not None:
             # Keras's step calls strategy.run(train_step) itself: that cross-replica function
             # stays a tf.function, and the replica function it runs is the tfjit.Function
@@ -155,11 +162,45 @@ def _fell_back(model_ref, line: str) -> None:
         log.info("%s", line)
 
 
+class _Making:
+    """The step Keras is making: for which model, which kind, and whether the step it
+    asked tf.function for became a tfjit.Function outside any strategy."""
+
+    def __init__(self, model, kind: str):
+        self.model, self.kind, self.step_made = model, kind, False
+
+
+def _runs_eagerly(making: _Making) -> bool:
+    """Should Keras's outer step function (the tf.function around the compiled step that
+    ``predict``, ``predict_on_batch``, ``fit`` and ``evaluate`` call) run as plain Python?
+
+    Yes where its graph would hold nothing but tfjit's step: a step made here outside
+    any strategy (Keras's default strategy runs it as a plain call), one batch per
+    execution.  The launch then runs on the calling thread, as a tfjit.function called
+    eagerly does, where inside the outer graph TF's executor hands it to an inter-op
+    thread: measured on the resizing layer model (docs/performance.md, "Keras's outer
+    step"), predict_on_batch 0.95 ms through the outer graph against 0.76 ms for the
+    same launch called directly, its kernels alone 25% slower there.  Under a strategy
+    the outer function stays a tf.function (it holds the cross-replica work), and with
+    ``steps_per_execution`` > 1 too (its loop is a tf.while_loop)."""
+    return making.step_made and getattr(making.model, "steps_per_execution", 1) == 1
+
+
+def _eager_outer(func):
+    """``func`` called as it is: Keras's own code for ``run_eagerly=True``, around a step
+    that is compiled."""
+    @functools.wraps(func)
+    def outer(*args, **kwargs):
+        return func(*args, **kwargs)
+    outer.tfjit_eager_outer = True
+    return outer
+
+
 def _maker(original, kind: str):
     @functools.wraps(original)
     def make(self, *args, **kwargs):
         outer = getattr(_making, "current", None)
-        _making.current = (self, kind)
+        _making.current = _Making(self, kind)
         try:
             return original(self, *args, **kwargs)
         finally:
