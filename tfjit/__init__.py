@@ -15,13 +15,13 @@ import importlib
 from tfjit import _autoload, keras
 
 __version__ = "0.1.0"
-__all__ = ["Function", "function", "config", "explain", "keras"]
+__all__ = ["Function", "function", "config", "explain", "kernel_profile", "keras"]
 
 keras.install_on_import()
 _autoload.check_hook()
 
 _LAZY = {"Function": "tfjit.api.function", "function": "tfjit.api.function",
-         "explain": "tfjit.api.explain"}
+         "explain": "tfjit.api.explain", "kernel_profile": "tfjit.api.kernel_profile"}
 
 
 def __getattr__(name):

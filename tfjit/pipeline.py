@@ -245,6 +245,7 @@ class Emitted:
     messages: list              # runtime error texts: status code k is messages[k - 1]
     runtime: list               # op library functions the code calls
     marks: list | None = None   # per step (group, task): the concurrent groups (abi.h)
+    kernels: list | None = None  # per step, the kernel (Fusion) it runs
 
 
 def emit(o: Optimized, target: Target, name: str) -> Emitted:
@@ -280,7 +281,8 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
         runtime += library.runtime_symbols(target.library_prefix)
     if target.runtime_calls and kinds & set(fusion.CONTROL):   # drivers shard big steps
         runtime.append(control.PARALLEL_FOR)
-    return Emitted(llmod, steps, messages, runtime, marks)
+    kernels = [f for f, n in zip(o.fusions, per_kernel) for _ in range(n)]
+    return Emitted(llmod, steps, messages, runtime, marks, kernels)
 
 
 def jit_compiler() -> Compiler:
@@ -395,12 +397,26 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         keepalive=code,
         runtime=e.runtime,
         output_rows=[m.output_rows.get(j, -1) for j in range(len(m.outputs))])
+    launch.name_steps(executable, name, [(s, describe_kernel(f)) for (s, _, _), f
+                                         in zip(e.steps, e.kernels)])
     _mark("executable")
     compiled = Compiled(name, signature, o.before, o.after, o.fusions, o.plan, code, executable,
                         time.perf_counter() - start)
     if code.pipeline == tiering.QUICK:     # the optimised build follows (codegen/tiering.py)
         tiering.start(compiled, [s for s, _, _ in e.steps])
     return compiled
+
+
+def describe_kernel(f) -> str:
+    """One line on what kernel ``f`` computes, for the kernel profile: its kind, its first
+    root's name, type and shape, and TF's kernel where it calls one."""
+    root = f.roots[0]
+    what = f"{f.kind} {root.name} {root.dtype.name}{list(root.shape)}"
+    if len(f.roots) > 1:
+        what += f" (+{len(f.roots) - 1} roots)"
+    if f.kind == "library":
+        what += f": TF's {library.tf_op(root)}"
+    return what
 
 
 @dataclasses.dataclass

@@ -15,6 +15,7 @@ import ctypes
 import os
 import re
 import threading
+import weakref
 from typing import Callable, Sequence
 
 from tfjit.runtime import abi, build
@@ -283,6 +284,10 @@ class _Library:
         self.c.TfjitPassResult.restype = None
         self.c.tfjit_rt_kernel_choices.argtypes = [ctypes.c_char_p, ctypes.c_int64]
         self.c.tfjit_rt_kernel_choices.restype = ctypes.c_int64
+        self.c.TfjitSetKernelProfile.argtypes = [ctypes.c_int32]
+        self.c.TfjitSetKernelProfile.restype = None
+        self.c.TfjitKernelProfile.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
+        self.c.TfjitKernelProfile.restype = ctypes.c_int64
 
 
 _load_lock = threading.Lock()
@@ -561,6 +566,16 @@ def kernel_choices() -> dict:
         key, kernel, *micros = line.split("\t")
         out[key] = (kernel, *(None if t == "-" else float(t) for t in micros))
     return out
+
+
+_named = weakref.WeakValueDictionary()   # executable address -> Executable with step names
+
+
+def name_steps(executable: Executable, cluster: str, steps: list) -> None:
+    """Records what ``executable``'s steps are, [(kernel symbol, what it computes)] in run
+    order, for the kernel profile (api/kernel_profile.py)."""
+    executable.cluster, executable.steps = cluster, list(steps)
+    _named[executable.address] = executable
 
 
 def stats() -> dict:

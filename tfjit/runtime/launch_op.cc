@@ -68,11 +68,18 @@
 //   extern "C" void TfjitSetCompileCallback(TfjitCompileCallback cb);
 //   extern "C" void TfjitClearCache();  // must not race with running launches
 //   extern "C" void TfjitGetStats(int64_t* hits, int64_t* misses);
+//
+//   Kernel profile (tfjit.kernel_profile, api/kernel_profile.py): while on, each step's
+//   wall time is added up per executable and step (a concurrent group counts as its
+//   first step). TfjitSetKernelProfile(on) clears the table when it turns it on;
+//   TfjitKernelProfile(out, capacity) writes up to capacity rows of 4 int64s
+//   (executable address, step, nanoseconds, runs) and returns the number of rows.
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -138,6 +145,31 @@ struct GlobalCache {
 GlobalCache& Cache() {
   static GlobalCache* cache = new GlobalCache;
   return *cache;
+}
+
+std::atomic<bool> g_profile{false};
+struct StepTimes {
+  std::vector<int64_t> ns, runs;
+};
+struct KernelProfile {
+  absl::Mutex mu;
+  std::unordered_map<const TfjitExecutable*, StepTimes> steps ABSL_GUARDED_BY(mu);
+};
+KernelProfile& Profile() {
+  static KernelProfile* profile = new KernelProfile;
+  return *profile;
+}
+
+void RecordStep(const TfjitExecutable* exe, int step, int64_t ns) {
+  KernelProfile& profile = Profile();
+  absl::MutexLock l(&profile.mu);
+  StepTimes& times = profile.steps[exe];
+  if (times.ns.empty()) {
+    times.ns.assign(exe->num_steps, 0);
+    times.runs.assign(exe->num_steps, 0);
+  }
+  times.ns[step] += ns;
+  times.runs[step] += 1;
 }
 
 class TfjitLaunchOp : public AsyncOpKernel {
@@ -341,13 +373,21 @@ class TfjitLaunchOp : public AsyncOpKernel {
     bufs[n_in + n_out + n_tmp] = &status;
     bufs.back() = &runtime;
     const DeviceBase::CpuWorkerThreads* workers = ctx->device()->tensorflow_cpu_worker_threads();
+    const bool profile = g_profile.load(std::memory_order_relaxed);
     for (int s = 0; s < exe.num_steps && status.code == 0;) {
+      const int first = s;
+      const auto start = profile ? std::chrono::steady_clock::now()
+                                 : std::chrono::steady_clock::time_point();
       if (exe.steps[s].group > 1) {     // tasks that share no memory (passes/concurrency.py)
         tfjit::RunGroup(workers, exe.steps + s, bufs.data(), bufs.size(), &status, &runtime);
         s += exe.steps[s].group;
       } else {
         RunStep(ctx, exe.steps[s], bufs.data());
         ++s;
+      }
+      if (profile) {
+        RecordStep(&exe, first, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now() - start).count());
       }
     }
     if (arena.TotalBytes() > 0) tfjit::Arenas().Give(&exe, std::move(arena));
@@ -438,11 +478,43 @@ TFJIT_EXPORT void TfjitClearCache() {
   cache.map.clear();
   tensorflow::tfjit::Arenas().Clear();
   tensorflow::g_generation.fetch_add(1, std::memory_order_acq_rel);
+  tensorflow::KernelProfile& profile = tensorflow::Profile();   // (freed executables' rows)
+  absl::MutexLock p(&profile.mu);
+  profile.steps.clear();
 }
 
 TFJIT_EXPORT void TfjitGetStats(int64_t* hits, int64_t* misses) {
   *hits = tensorflow::g_hits.load(std::memory_order_relaxed);
   *misses = tensorflow::g_misses.load(std::memory_order_relaxed);
+}
+
+TFJIT_EXPORT void TfjitSetKernelProfile(int32_t on) {
+  if (on) {
+    tensorflow::KernelProfile& profile = tensorflow::Profile();
+    absl::MutexLock l(&profile.mu);
+    profile.steps.clear();
+  }
+  tensorflow::g_profile.store(on != 0, std::memory_order_relaxed);
+}
+
+TFJIT_EXPORT int64_t TfjitKernelProfile(int64_t* out, int64_t capacity) {
+  tensorflow::KernelProfile& profile = tensorflow::Profile();
+  absl::MutexLock l(&profile.mu);
+  int64_t rows = 0;
+  for (const auto& [exe, times] : profile.steps) {
+    for (size_t s = 0; s < times.ns.size(); ++s) {
+      if (times.runs[s] == 0) continue;
+      if (rows < capacity) {
+        int64_t* row = out + 4 * rows;
+        row[0] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(exe));
+        row[1] = static_cast<int64_t>(s);
+        row[2] = times.ns[s];
+        row[3] = times.runs[s];
+      }
+      ++rows;
+    }
+  }
+  return rows;
 }
 
 TFJIT_EXPORT void TfjitGetUpdateStats(int64_t* in_place, int64_t* fresh) {
