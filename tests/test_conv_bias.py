@@ -128,6 +128,11 @@ def test_what_does_not_fold(rng):
     # a pool reads it through one slice per tap, several readers: it folds
     _check(lambda x, w, b: tf.nn.max_pool2d(tf.nn.relu(conv(x, w) + b), 2, 2, "VALID"),
            (x, w, b), ["relu"])
+    # a depthwise convolution reads its padded copy through one slice per tap: it folds
+    dw = tf.constant(rng.uniform(-1, 1, (5, 5, 6, 1)).astype(np.float32))
+    _check(lambda x, w, b, dw: tf.nn.depthwise_conv2d(tf.nn.relu(conv(x, w) + b), dw,
+                                                      (1, 2, 2, 1), "SAME"),
+           (x, w, b, dw), ["relu"])
     # ... but read by the next convolution, which takes a dense buffer, it folds
     w2 = tf.constant(rng.uniform(-1, 1, (3, 3, 6, 2)).astype(np.float32))
     _check(lambda x, w, b, w2: conv(tf.nn.relu(conv(x, w) + b), w2), (x, w, b, w2), ["relu"])

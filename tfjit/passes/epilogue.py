@@ -129,11 +129,17 @@ def _materialized(end: Instr, users: dict, outputs: set) -> bool:
     that reader's kernel (a reduction, an ELU), which reads the convolution's output
     once either way; folding gained nothing there (the resizing and padding layer
     models' predict steps, a ReLU before a global pool or an ELU: within noise or 5-10%
-    slower, 2 runs each).  A pool reads it through one slice per tap: several readers."""
+    slower, 2 runs each).  A pool reads it through one slice per tap: several readers;
+    a depthwise convolution reads its padded copy so (SAME padding), and its kernel
+    then computed the bias and ReLU again for every tap: the separable layer model's
+    5x5 stride-2 depthwise kernel after a 1x1 convolution took 1.31 ms per call, 0.72
+    with the ReLU in the call (tfjit.kernel_profile; docs/performance.md)."""
     if end in outputs or len(users[end]) != 1:
         return True
     reader = users[end][0]
-    while reader.op is Op.RESHAPE and reader not in outputs and len(users[reader]) == 1:
+    while reader.op in (Op.RESHAPE, Op.PAD) and reader not in outputs:
+        if len(users[reader]) != 1:
+            return True
         reader = users[reader][0]
     return reader.op.kind is Kind.LIBRARY
 
