@@ -25,12 +25,12 @@ import numpy as np
 from llvmlite import ir
 
 from tfjit import dtypes as dt
-from tfjit.codegen import gather, lanes, segments, stencil, tiles
+from tfjit.codegen import gather, lanes, loop_rows, segments, stencil, tiles
 from tfjit.codegen.argreduce import ArgReductionRows
 from tfjit.codegen.elemental import MESSAGES, Elemental, bf16_to_f32, f32_to_bf16
 from tfjit.codegen.llvm_types import (F32, I1, I8, I64, PTR, VOID, const, for_range, i64, intrinsic,
                                       interleave, no_vectorize, storage_type, value_type)
-from tfjit.codegen.reduction import ACROSS_ROW_BYTES, SHORT_ROW, ReductionRows, across_rows, costly
+from tfjit.codegen.reduction import ReductionRows, across_rows, costly
 from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Kind, Op
@@ -68,6 +68,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
         self.module = module
         self.warp = warp              # a warp's threads, which may share rows (codegen/lanes.py)
         self.block = 1                # neighbouring outputs per row of a stencil (codegen/stencil.py)
+        self.wide = False             # a loop kernel's rows span its last two dims (loop_rows.wide)
         self.group = 1                # threads sharing each row of the body being emitted
         self.rank = None              # this thread's place among them (None: not shared)
         self.elements = None          # [(index, valid)] of a held row this thread takes
@@ -117,6 +118,13 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
                          tiles.TILE_ROWS * f.shape[-1] * per_element)]
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * per_element
             self.block = 1 if self.gpu else stencil.block_of(f)
+            self.wide = loop_rows.wide(f, self.gpu, self.block)
+            if self.wide:
+                span = f.shape[f.outer - 1]
+                note = f"{f.name} has short rows: a row takes its last two dims ({span} x {f.shape[-1]})"
+                if note not in f.notes:
+                    f.notes.append(note)
+                return [(self._function(self.name, self._loop_row), f.rows // span, cost * span)]
             return [(self._function(self.name, self._loop_row), f.rows // self.block,
                      cost * self.block)]
         reduced = _math.prod(f.shape[f.outer:])
@@ -197,7 +205,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
             self._reduce_row, self._partial_row, self._arg_partial_row) else None
         if row_body == self._reduce_row and across_rows(self.f, self.gpu, self.reads):
             across = None
-        if row_body == self._loop_row and self._long_element_rows():
+        if row_body == self._loop_row and loop_rows.long_elements(self.f, self.gpu, self.block, self.reads):
             across = no_vectorize(self.module)
         with for_range(b, inner.args[-2], inner.args[-1], "row", across) as row:
             self.scopes = [{}]
@@ -206,21 +214,6 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
         return symbol
 
     # -- loop kernels --------------------------------------------------------------
-    def _long_element_rows(self) -> bool:
-        """Does this loop kernel's row run an element loop too long for its row loop to
-        be vectorised instead?  LLVM unrolls a short element loop fully (12 or 16
-        floats, 8 or 16 doubles) and then vectorised across rows, with gathers and
-        scatters: ReLU(x + bias) * 2 on [262144, 16] f32 took 3.5-3.7 ms, a row at a
-        time (one AVX-512 vector) 1.1-1.2; f64 [262144, 16] 8.2-8.7 -> 2.5-3.2 ms
-        (AMD EPYC Zen 4).  Rows of up to ``SHORT_ROW`` elements and
-        ``ACROSS_ROW_BYTES`` bytes stay vectorised across rows (shuffles of whole
-        vectors: 2-8 floats measured level), as reductions' do."""
-        f = self.f
-        if self.gpu or f.flat or self.block > 1 or len(f.shape) == f.outer:
-            return False
-        widest = max((i.dtype.itemsize for i in [*self.reads, *f.roots]), default=1)
-        return f.shape[-1] > SHORT_ROW or f.shape[-1] * widest > ACROSS_ROW_BYTES
-
     def _loop_row(self, row):
         f, b = self.f, self.b
         if f.flat and self.gpu:
@@ -244,6 +237,14 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
             return
         if self.block > 1:          # neighbouring outputs in one element loop
             self._stencil_row(row)
+            return
+        if self.wide:               # rows of the last two dims (loop_rows.wide)
+            outer = self._unravel(row, f.shape[:f.outer - 1])
+            self._hoist(outer)
+            with for_range(self.b, 0, f.shape[f.outer - 1], "i") as i, self._scope():
+                self._each(0, f.shape[-1], "j",
+                           lambda j, valid: self._store_roots(outer + (i, j), valid),
+                           self._elements_md())
             return
         outer = self._unravel(row, f.shape[:f.outer])
         self._hoist(outer)

@@ -1,0 +1,45 @@
+"""How a CPU loop kernel's rows run (codegen/emitter.py ``_loop_row``): rows that take
+the last two dims where the last is short (``wide``), and rows whose element loop is
+long enough that LLVM must not vectorise across rows (``long_elements``).  Both are
+decided from the kernel alone, so kernels with one ``body_sharing.body_key`` decide
+alike."""
+from __future__ import annotations
+
+import math
+
+from tfjit.codegen import segments
+from tfjit.codegen.reduction import ACROSS_ROW_BYTES, SHORT_ROW
+
+WIDE_MIN_ROWS = 64       # rows a loop kernel keeps when its rows take two dims (``wide``)
+
+
+def wide(f, gpu: bool, block: int) -> bool:
+    """Does a row of this loop kernel take its last two dims?  Where the last dim is
+    short (``SHORT_ROW`` elements or fewer: an image's 3 channels) and cannot be
+    flattened (a resize's gathered rows and columns, a flip, a strided slice),
+    each row's own work, its index unravelled and what depends on it alone, costs
+    more than its elements; LLVM also vectorises the loop over the next-to-last
+    dim where it may.  [32,96,96,3] (Zen 4, scratch widesweep.py): a flip along W
+    1.34-1.47 -> 0.25 ms, a spatial pad 0.73-0.83 -> 0.26, x[:, ::2, ::2] of
+    [32,128,128,3] 0.48-0.53 -> 0.21, a bilinear resize 40 -> 64 0.41-0.47 -> 0.34.
+    Rows of the last two dims leave enough rows to split (``WIDE_MIN_ROWS``)."""
+    if (gpu or f.flat or block > 1 or f.hoisted or len(f.shape) != f.outer + 1
+            or f.outer < 2 or f.shape[-1] > SHORT_ROW
+            or segments.row_concat(f, gpu) is not None):
+        return False
+    return math.prod(f.shape[:f.outer - 1]) >= WIDE_MIN_ROWS
+
+
+def long_elements(f, gpu: bool, block: int, reads) -> bool:
+    """Does this loop kernel's row run an element loop too long for its row loop to
+    be vectorised instead?  LLVM unrolls a short element loop fully (12 or 16
+    floats, 8 or 16 doubles) and then vectorised across rows, with gathers and
+    scatters: ReLU(x + bias) * 2 on [262144, 16] f32 took 3.5-3.7 ms, a row at a
+    time (one AVX-512 vector) 1.1-1.2; f64 [262144, 16] 8.2-8.7 -> 2.5-3.2 ms
+    (AMD EPYC Zen 4).  Rows of up to ``SHORT_ROW`` elements and
+    ``ACROSS_ROW_BYTES`` bytes stay vectorised across rows (shuffles of whole
+    vectors: 2-8 floats measured level), as reductions' do."""
+    if gpu or f.flat or block > 1 or len(f.shape) == f.outer:
+        return False
+    widest = max((i.dtype.itemsize for i in [*reads, *f.roots]), default=1)
+    return f.shape[-1] > SHORT_ROW or f.shape[-1] * widest > ACROSS_ROW_BYTES
