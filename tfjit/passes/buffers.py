@@ -185,7 +185,7 @@ class _Assigner:
                 if dus in self.slots and x not in self.slots and not fusion_mod.in_memory(x) \
                         and x not in m.outputs and users[x] == [dus] and dus.operands.count(x) == 1:
                     self.slots[x] = [self.slots[dus][0]]
-        for f in fusions:
+        for position, f in enumerate(fusions):
             if f.kind == "while":
                 self.place_while(f, m, users)
             elif f.kind == "conditional":
@@ -197,7 +197,7 @@ class _Assigner:
                     if dus not in self.slots and self.donatable(x, dus, m, users):
                         self.slots[dus] = [self.slots[x][0]]
                         f.notes.append(f"{dus!r} updates {x!r}'s buffer in place")
-                x = self.overwritable(f, fusions, last_read, m) if f.kind == "loop" else None
+                x = self.overwritable(f, position, last_read, m) if f.kind == "loop" else None
                 if x is not None:
                     self.slots[f.roots[0]] = [self.slots[x][0]]
                     f.notes.append(f"{f.roots[0]!r} is written over {x!r}, read at the same "
@@ -214,7 +214,7 @@ class _Assigner:
                 if f.kind == "sort" and f.rows:
                     self.plan.scratch[f] = self.temp(f.rows * topk_row_bytes(f.roots[0]))
 
-    def overwritable(self, f, fusions: list, last_read: dict, m: Module) -> Instr | None:
+    def overwritable(self, f, position: int, last_read: dict, m: Module) -> Instr | None:
         """A temp that loop kernel f may write its one result over: one of the same bytes
         that f reads only at the index it writes (through a reshape that keeps its
         bytes, or none) and that no later kernel reads.  Each thread then reads an
@@ -224,13 +224,13 @@ class _Assigner:
         then stay in the bytes the call just wrote, as TF's BiasAdd and Relu work in
         their input's buffer: on [32,64,64,16] after a transposed convolution 153-187
         us into a buffer of their own, 113-115 us over the call's output; on
-        [32,32,32,32] 96-126 -> 58-68 us (docs/performance.md, "Rows of 16 floats").  Not in clusters with control flow (their drivers re-point
-        slots between calls), nor over a parameter (in a loop body or branch it reads
-        its operand's slot, which outlives the body's run)."""
+        [32,32,32,32] 96-126 -> 58-68 us (docs/performance.md, "Rows of 16 floats").
+        Not among kernels that hold control flow (their drivers re-point slots between
+        calls), nor over a parameter (in a loop body or branch it reads its operand's
+        slot, which outlives the body's run).  ``position``: f's place in the schedule."""
         root = f.roots[0]
         if len(f.roots) > 1 or root in self.slots or root in m.outputs or not last_read:
             return None
-        position = fusions.index(f)
         index = f.elementwise_at or iteration.row_names(root.rank)
         for v, idxs in iteration.symbolic_reads(f).items():
             x = v.operands[0] if v.op is Op.RESHAPE and v not in self.slots else v
