@@ -86,7 +86,7 @@ def kernel_profile():
         rows = _rows()
         c.TfjitSetKernelProfile(0)
         for executable, step, seconds, runs in rows:
-            steps = getattr(executable, "steps", ())
+            steps = executable.steps if executable is not None else []
             symbol, what = steps[step] if step < len(steps) else ("?", "?")
-            profile.kernels.append(KernelTime(getattr(executable, "cluster", "?"), step, symbol,
-                                              what, runs, seconds))
+            cluster = executable.cluster if executable is not None else "?"
+            profile.kernels.append(KernelTime(cluster, step, symbol, what, runs, seconds))

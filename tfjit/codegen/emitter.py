@@ -61,7 +61,7 @@ def _index_key(v):
 
 
 class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.TiledRows,
-                    stencil.StencilRows, segments.ConcatSegments):
+                    stencil.StencilRows, segments.ConcatSegments, loop_rows.LoopRows):
     def __init__(self, module: ir.Module, math, fusion: Fusion, plan, name: str,
                  messages: list | None = None, gpu: bool = False, reuse: dict | None = None,
                  warp: int = 1):
@@ -119,14 +119,12 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
             cost = (FLAT_BLOCK if f.flat else (f.shape[-1] if f.shape else 1)) * per_element
             self.block = 1 if self.gpu else stencil.block_of(f)
             self.wide = loop_rows.wide(f, self.gpu, self.block)
+            per_row = f.shape[f.outer - 1] if self.wide else self.block   # outputs' rows per row
             if self.wide:
-                span = f.shape[f.outer - 1]
-                note = f"{f.name} has short rows: a row takes its last two dims ({span} x {f.shape[-1]})"
+                note = f"{f.name} has short rows: a row takes its last two dims ({per_row} x {f.shape[-1]})"
                 if note not in f.notes:
                     f.notes.append(note)
-                return [(self._function(self.name, self._loop_row), f.rows // span, cost * span)]
-            return [(self._function(self.name, self._loop_row), f.rows // self.block,
-                     cost * self.block)]
+            return [(self._function(self.name, self._loop_row), f.rows // per_row, cost * per_row)]
         reduced = _math.prod(f.shape[f.outer:])
         arg = f.roots[0].op is Op.ARGREDUCE       # (value, index) pairs: codegen/argreduce.py
         column = self._arg_column_row if arg else self._column_row
@@ -213,51 +211,7 @@ class KernelEmitter(ReductionRows, ArgReductionRows, lanes.SharedRows, tiles.Til
         b.ret_void()
         return symbol
 
-    # -- loop kernels --------------------------------------------------------------
-    def _loop_row(self, row):
-        f, b = self.f, self.b
-        if f.flat and self.gpu:
-            per = lanes.flat_elements(f)
-            first = b.mul(row, i64(per)) if per > 1 else row
-            with self._scope():        # every element's loads, then every store: one access each
-                idxs = [(b.add(first, i64(k)) if k else first,) for k in range(per)]
-                self.aligned = first       # the first element's accesses say their alignment
-                values = [[self.value(r, idx) for r in f.roots] for idx in idxs]
-                for idx, vs in zip(idxs, values):
-                    self._store_values(idx, vs)
-                self.aligned = None
-            return
-        if f.flat:
-            n = _math.prod(f.shape)
-            start = b.mul(row, i64(FLAT_BLOCK))
-            stop = b.add(start, i64(FLAT_BLOCK))
-            stop = b.select(b.icmp_signed("<", stop, i64(n)), stop, i64(n))
-            with for_range(b, start, stop, "j", self._elements_md()) as j, self._scope():
-                self._store_roots((j,))
-            return
-        if self.block > 1:          # neighbouring outputs in one element loop
-            self._stencil_row(row)
-            return
-        if self.wide:               # rows of the last two dims (loop_rows.wide)
-            outer = self._unravel(row, f.shape[:f.outer - 1])
-            self._hoist(outer)
-            with for_range(self.b, 0, f.shape[f.outer - 1], "i") as i, self._scope():
-                self._each(0, f.shape[-1], "j",
-                           lambda j, valid: self._store_roots(outer + (i, j), valid),
-                           self._elements_md())
-            return
-        outer = self._unravel(row, f.shape[:f.outer])
-        self._hoist(outer)
-        if len(f.shape) == f.outer:
-            self._store_roots(outer)
-            return
-        concat = segments.row_concat(f, self.gpu)
-        if concat is not None:        # an element loop per operand (codegen/segments.py)
-            self._segmented_row(concat, outer)
-            return
-        self._each(0, f.shape[-1], "j", lambda j, valid: self._store_roots(outer + (j,), valid),
-                   self._elements_md())
-
+    # -- loop kernels (their rows: codegen/loop_rows.py) ---------------------------
     @property
     def interleave_count(self) -> int:
         """Vector iterations a kernel's innermost vectorised loop interleaves (its element

@@ -1,14 +1,17 @@
-"""How a CPU loop kernel's rows run (codegen/emitter.py ``_loop_row``): rows that take
-the last two dims where the last is short (``wide``), and rows whose element loop is
-long enough that LLVM must not vectorise across rows (``long_elements``).  Both are
-decided from the kernel alone, so kernels with one ``body_sharing.body_key`` decide
-alike."""
+"""How a loop kernel's rows run (``LoopRows._loop_row``, a part of codegen/emitter.py's
+KernelEmitter): a flat block, a stencil's neighbours, a row and its element loop; on
+the CPU, rows that take the last two dims where the last is short (``wide``), and rows
+whose element loop is long enough that LLVM must not vectorise across rows
+(``long_elements``).  Both are decided from the kernel alone, so kernels with one
+``body_sharing.body_key`` decide alike."""
 from __future__ import annotations
 
 import math
 
-from tfjit.codegen import segments
+from tfjit.codegen import lanes, segments
+from tfjit.codegen.llvm_types import for_range, i64
 from tfjit.codegen.reduction import ACROSS_ROW_BYTES, SHORT_ROW
+from tfjit.passes.kernels import FLAT_BLOCK
 
 WIDE_MIN_ROWS = 64       # rows a loop kernel keeps when its rows take two dims (``wide``)
 
@@ -43,3 +46,52 @@ def long_elements(f, gpu: bool, block: int, reads) -> bool:
         return False
     widest = max((i.dtype.itemsize for i in [*reads, *f.roots]), default=1)
     return f.shape[-1] > SHORT_ROW or f.shape[-1] * widest > ACROSS_ROW_BYTES
+
+
+class LoopRows:
+    """The row body of a loop kernel (mixed into codegen/emitter.py's KernelEmitter,
+    whose ``wide`` and ``block`` the kernel's steps set)."""
+
+    def _loop_row(self, row):
+        f, b = self.f, self.b
+        if f.flat and self.gpu:
+            per = lanes.flat_elements(f)
+            first = b.mul(row, i64(per)) if per > 1 else row
+            with self._scope():        # every element's loads, then every store: one access each
+                idxs = [(b.add(first, i64(k)) if k else first,) for k in range(per)]
+                self.aligned = first       # the first element's accesses say their alignment
+                values = [[self.value(r, idx) for r in f.roots] for idx in idxs]
+                for idx, vs in zip(idxs, values):
+                    self._store_values(idx, vs)
+                self.aligned = None
+            return
+        if f.flat:
+            n = math.prod(f.shape)
+            start = b.mul(row, i64(FLAT_BLOCK))
+            stop = b.add(start, i64(FLAT_BLOCK))
+            stop = b.select(b.icmp_signed("<", stop, i64(n)), stop, i64(n))
+            with for_range(b, start, stop, "j", self._elements_md()) as j, self._scope():
+                self._store_roots((j,))
+            return
+        if self.block > 1:          # neighbouring outputs in one element loop
+            self._stencil_row(row)
+            return
+        if self.wide:               # rows of the last two dims (loop_rows.wide)
+            outer = self._unravel(row, f.shape[:f.outer - 1])
+            self._hoist(outer)
+            with for_range(b, 0, f.shape[f.outer - 1], "i") as i, self._scope():
+                self._each(0, f.shape[-1], "j",
+                           lambda j, valid: self._store_roots(outer + (i, j), valid),
+                           self._elements_md())
+            return
+        outer = self._unravel(row, f.shape[:f.outer])
+        self._hoist(outer)
+        if len(f.shape) == f.outer:
+            self._store_roots(outer)
+            return
+        concat = segments.row_concat(f, self.gpu)
+        if concat is not None:        # an element loop per operand (codegen/segments.py)
+            self._segmented_row(concat, outer)
+            return
+        self._each(0, f.shape[-1], "j", lambda j, valid: self._store_roots(outer + (j,), valid),
+                   self._elements_md())

@@ -235,8 +235,8 @@ class _Assigner:
         for v, idxs in iteration.symbolic_reads(f).items():
             x = v.operands[0] if v.op is Op.RESHAPE and v not in self.slots else v
             slots = self.slots.get(x, ())
-            if (idxs == {index} and v.shape == root.shape and len(slots) == 1
-                    and self.is_temp(slots[0]) and x not in m.outputs and nbytes(x) == nbytes(root)
+            if (idxs == {index} and v.shape == root.shape and len(slots) == 1   # (so as many
+                    and self.is_temp(slots[0]) and x not in m.outputs          # elements)
                     and x.dtype.itemsize == root.dtype.itemsize
                     and last_read.get(x) == position):
                 return x

@@ -98,6 +98,8 @@ class Executable:
         self.address = ctypes.addressof(struct)
         self.runtime = runtime      # the op library functions its code calls
         self.retired: list = []     # code that swap_code replaced, kept loaded
+        self.cluster = "?"          # its cluster's name and, per step, (kernel symbol, what
+        self.steps: list = []       # it computes): name_steps, for api/kernel_profile.py
 
     def swap_code(self, addresses: Sequence[int], keepalive: object) -> None:
         """Runs the steps' functions at ``addresses`` (one per step, in order) from now on:
