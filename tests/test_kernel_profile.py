@@ -46,3 +46,19 @@ def test_profile_is_off_outside_the_block():
     with tfjit.kernel_profile() as again:     # a new block starts from zero
         f(a, w)
     assert [k.runs for k in again.kernels] == [1] * len(again.kernels)
+
+
+def test_a_concurrent_group_is_one_row_naming_its_kernels():
+    """The op times a concurrent group as its first step: that row names the others."""
+    rng = np.random.default_rng(1)
+    x = tf.constant(rng.standard_normal((64, 128)).astype(np.float32))
+    ws = [tf.constant(rng.standard_normal((128, 128)).astype(np.float32)) for _ in range(3)]
+    f = tfjit.function(lambda v: tf.concat([tf.matmul(tf.tanh(v * float(k + 1)), w)
+                                            for k, w in enumerate(ws)], 1), jit_compile=True)
+    marks = f.compiled(x).executable.marks()
+    first = next(s for s, (group, _) in enumerate(marks) if group > 1)
+    with tfjit.kernel_profile() as profile:
+        f(x)
+    (row,) = [k for k in profile.kernels if k.step == first]
+    assert "[run at once with: " in row.what and row.what.count("library dot") == 3, row.what
+    assert not any(k.step in range(first + 1, first + marks[first][0]) for k in profile.kernels)
