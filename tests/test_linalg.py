@@ -425,12 +425,13 @@ def test_malformed_library_instructions_are_parse_errors(line, message):
 
 
 def test_unsupported_forms_name_the_op():
-    x = tf.zeros([1, 4, 4, 4])
-    w = tf.zeros([2, 2, 2, 4])            # grouped convolution, 2 groups of 2 channels (one
-                                          # group per channel compiles: test_function_calls.py)
-    f = tfjit.function(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Conv2D.*grouped"):
-        f(x, w)
+    w = tf.zeros([2, 2, 2, 4])            # a grouped convolution's dilated input gradient
+    g = tf.zeros([1, 4, 4, 4])            # (grouped ones compile: test_grouped_conv.py)
+    f = tfjit.function(lambda w, g: tf.raw_ops.Conv2DBackpropInput(
+        input_sizes=[1, 4, 4, 4], filter=w, out_backprop=g, strides=[1, 1, 1, 1], padding="SAME",
+        dilations=[1, 2, 2, 1]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Conv2DBackpropInput.*grouped"):
+        f(w, g)
     g = tfjit.function(lambda a: tf.matmul(a, a))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"MatMul has no tfjit lowering for dtype int32"):
         g(tf.ones([2, 2], tf.int32))

@@ -19,6 +19,12 @@
   in/out channels swapped; the filter gradient contracts the filter taps'
   input windows side by side (im2col, movement only) with the output gradient
   (one ``dot``); the depthwise ones are sums of shifted slices.
+* Grouped ``Conv2D`` and its gradients (input depth G times the filter's, as Keras's
+  ``Conv2D(groups=G)``; TF's CPU kernels run them): one library call per group, on
+  the group's slice of the channels and of the filter's outputs, the results side by
+  side along the channels (``_per_group``).  TF's kernels split the same way (their
+  grouped path); XLA CPU's expansion into one call with a block-diagonal filter
+  does G times the work.  One group per input channel is depthwise (below).
 * ``DepthwiseConv2dNative``: each output channel reads one input channel, so no
   contraction is large enough for a library call; it lowers to shifted strided
   slices times filter taps, summed -- one fused loop kernel vectorised over
@@ -150,6 +156,30 @@ def _per_channel_groups(depth: int, filter_shape) -> bool:
         and filter_shape[3] % depth == 0
 
 
+def _groups(ctx, depth: int, filter_shape) -> int:
+    """How many groups a convolution of input ``depth`` with filter [..., Cg, O] has
+    (1: ungrouped), refused where the depths do not divide as TF's kernels require."""
+    cg, o = filter_shape[-2], filter_shape[-1]
+    if cg < 1 or depth % cg or o % (depth // cg):
+        raise Unsupported(f"{ctx.node.op}: input depth {depth} with filter "
+                          f"{list(filter_shape)}: the depth must be a multiple of the filter's "
+                          "input depth, and the filter's outputs of the number of groups")
+    return depth // cg
+
+
+def _per_group(m: Module, groups: int, operands: tuple, each) -> Instr:
+    """A grouped convolution (or gradient) from ungrouped ones: each operand split into
+    ``groups`` equal parts along its last dim (channels, or the filter's outputs),
+    ``each(*parts)`` per group, and the groups' results side by side along their last
+    dim."""
+    def part(x, k):
+        n = x.shape[-1] // groups
+        return m.slice(x, (0,) * (x.rank - 1) + (k * n,), x.shape[:-1] + (n,))
+
+    results = [each(*(part(x, k) for x in operands)) for k in range(groups)]
+    return m.concat(results, results[0].rank - 1)
+
+
 @register("Conv2D", dtypes=_DTYPES, half_in_f32=True)
 def _conv2d(ctx):
     check_format(ctx)
@@ -159,13 +189,16 @@ def _conv2d(ctx):
         # a depthwise convolution, filter [kh, kw, 1, C*M] read as [kh, kw, C, M]
         kh, kw, _, o = w.shape
         return _depthwise_conv(ctx, x, ctx.m.reshape(w, (kh, kw, x.shape[3], o // x.shape[3])))
-    if x.rank != 4 or w.rank != 4 or x.shape[3] != w.shape[2]:
-        raise Unsupported(f"Conv2D of {list(x.shape)} with filter {list(w.shape)}: grouped "
-                          "convolutions other than depthwise ones, or mismatched depths, are "
-                          "not compiled")
+    if x.rank != 4 or w.rank != 4:
+        raise Unsupported(f"Conv2D of {list(x.shape)} with filter {list(w.shape)}: 4-D input "
+                          "and filter are compiled")
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     pads = padding(ctx, x.shape[1:3], (_window(w.shape[0], dil[0]), _window(w.shape[1], dil[1])),
                    strides)
+    groups = _groups(ctx, x.shape[3], w.shape)
+    if groups > 1:
+        return _per_group(ctx.m, groups, (x, w),
+                          lambda xk, wk: ctx.m.convolution(xk, wk, strides, dil, pads))
     return ctx.m.convolution(x, w, strides, dil, pads)
 
 
@@ -220,6 +253,14 @@ def _conv2d_backprop_input(ctx):
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     kh, kw, c, o = w.shape
     pads = padding(ctx, sizes[1:3], (_window(kh, dil[0]), _window(kw, dil[1])), strides)
+    groups = _groups(ctx, sizes[3], w.shape)
+    if groups > 1 and dil == (1, 1):        # each group's input gradient, from its outputs'
+        each = sizes[:3] + (c,)
+        return _per_group(m, groups, (w, g), lambda wk, gk: _backprop(
+            ctx, Op.CONV_BACKPROP_INPUT, wk, gk, each, strides, pads))
+    if groups > 1:
+        raise Unsupported(f"Conv2DBackpropInput of a grouped convolution with dilations "
+                          f"{list(dil)}: dilated grouped gradients are not compiled")
     if dil == (1, 1):
         return _backprop(ctx, Op.CONV_BACKPROP_INPUT, w, g, sizes, strides, pads)
     rows = _backprop_padding(sizes[1], kh, strides[0], dil[0], pads[0], pads[1], g.shape[1])
@@ -245,8 +286,15 @@ def _conv2d_backprop_filter(ctx):
     strides, dil = _spatial(ctx, "strides"), _spatial(ctx, "dilations")
     pads = padding(ctx, x.shape[1:3], (_window(kh, dil[0]), _window(kw, dil[1])), strides)
     n, ho, wo, _ = g.shape
+    groups = _groups(ctx, x.shape[3], (kh, kw, c, o)) if x.rank == 4 else 1
+    if groups > 1 and dil == (1, 1) and g.rank == 4 and g.shape[3] == o:
+        # each group's filter gradient: its input channels against its outputs' gradient
+        each = (kh, kw, c, o // groups)
+        return _per_group(m, groups, (x, g), lambda xk, gk: _backprop(
+            ctx, Op.CONV_BACKPROP_FILTER, xk, gk, each, strides, pads))
     if x.shape[3] != c or g.shape[3] != o:
-        raise Unsupported("Conv2DBackpropFilter: depths disagree with filter_sizes")
+        raise Unsupported("Conv2DBackpropFilter: depths disagree with filter_sizes (dilated "
+                          "grouped gradients are not compiled)")
     if dil == (1, 1):
         return _backprop(ctx, Op.CONV_BACKPROP_FILTER, x, g, (kh, kw, c, o), strides, pads)
     xp = _pad_hw(m, x, pads)

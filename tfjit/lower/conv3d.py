@@ -20,13 +20,18 @@ with a kd-times deeper contraction, instead of kd calls whose results are added.
 Dilations: the forward op takes any (depth dilation picks the planes, the rows' and
 columns' go to the 2-D call); the gradients are compiled undilated only, as TF's CPU
 kernels (Eigen's) run them.  NCDHW is refused, as TF's CPU kernels refuse it.
+
+Grouped 3-D convolutions (input depth G times the filter's: Keras's
+``Conv3D(groups=G)``, which Keras runs through TF's XLA because TF's CPU kernels refuse
+it) and their gradients: each group as above on its slice of the channels and of the
+filter's outputs, side by side along the channels (lower/conv.py ``_per_group``).
 """
 from __future__ import annotations
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
-from tfjit.lower.conv import _backprop, _window, check_format, padding
+from tfjit.lower.conv import _backprop, _groups, _per_group, _window, check_format, padding
 from tfjit.lower.registry import Unsupported, register
 
 _DTYPES = (dt.F16, dt.BF16, dt.F32, dt.F64)
@@ -48,7 +53,7 @@ class _Geometry:
         if len(x_shape) != 5 or len(w_shape) != 5 or x_shape[4] != w_shape[3]:
             raise Unsupported(f"{ctx.node.op} of {list(x_shape)} with filter {list(w_shape)}: "
                               "5-D input and filter with matching depths are compiled "
-                              "(grouped 3-D convolutions are not)")
+                              "(or grouped: a depth G times the filter's)")
         self.x_shape, self.w_shape = tuple(x_shape), tuple(w_shape)
         self.strides, self.dil = _spatial3(ctx, "strides"), _spatial3(ctx, "dilations")
         if not dilated_ok and self.dil != (1, 1, 1):
@@ -114,8 +119,15 @@ def _grad_2d(m, grad: Instr, g: _Geometry) -> Instr:
 @register("Conv3D", dtypes=_DTYPES, half_in_f32=True)
 def _conv3d(ctx):
     check_format(ctx, "NDHWC")
-    m = ctx.m
     x, w = ctx.inputs
+    groups = _groups(ctx, x.shape[-1], w.shape) if x.rank == 5 and w.rank == 5 else 1
+    if groups > 1:
+        return _per_group(ctx.m, groups, (x, w), lambda xk, wk: _conv3d_of(ctx, xk, wk))
+    return _conv3d_of(ctx, x, w)
+
+
+def _conv3d_of(ctx, x: Instr, w: Instr) -> Instr:
+    m = ctx.m
     g = _Geometry(ctx, x.shape, w.shape, dilated_ok=True)
     y = m.convolution(_depth_taps(m, x, g), _filter_2d(m, w), g.strides[1:], g.dil[1:], g.hw_pads)
     return m.reshape(y, (x.shape[0], *g.out, w.shape[4]))
@@ -131,9 +143,18 @@ def _sizes5(ctx, i: int, what: str) -> tuple:
 @register("Conv3DBackpropFilterV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(1,))
 def _conv3d_backprop_filter(ctx):
     check_format(ctx, "NDHWC")
-    m = ctx.m
     x, grad = ctx.inputs[0], ctx.inputs[2]
     w_shape = _sizes5(ctx, 1, "filter_sizes")
+    groups = _groups(ctx, x.shape[-1], w_shape) if x.rank == 5 and grad.rank == 5 else 1
+    if groups > 1 and grad.shape[-1] == w_shape[-1]:
+        each = w_shape[:4] + (w_shape[4] // groups,)
+        return _per_group(ctx.m, groups, (x, grad),
+                          lambda xk, gk: _conv3d_filter_of(ctx, xk, gk, each))
+    return _conv3d_filter_of(ctx, x, grad, w_shape)
+
+
+def _conv3d_filter_of(ctx, x: Instr, grad: Instr, w_shape: tuple) -> Instr:
+    m = ctx.m
     g = _Geometry(ctx, x.shape, w_shape, dilated_ok=False)
     kd, kh, kw, c, o = w_shape
     dw = _backprop(ctx, Op.CONV_BACKPROP_FILTER, _depth_taps(m, x, g), _grad_2d(m, grad, g),
@@ -175,9 +196,18 @@ def _spread_taps(m, dp: Instr, g: _Geometry) -> Instr:
 @register("Conv3DBackpropInputV2", dtypes=_DTYPES, half_in_f32=True, const_inputs=(0,))
 def _conv3d_backprop_input(ctx):
     check_format(ctx, "NDHWC")
-    m = ctx.m
     w, grad = ctx.inputs[1], ctx.inputs[2]
     x_shape = _sizes5(ctx, 0, "input_sizes")
+    groups = _groups(ctx, x_shape[-1], w.shape) if w.rank == 5 and grad.rank == 5 else 1
+    if groups > 1 and grad.shape[-1] == w.shape[-1]:
+        each = x_shape[:4] + (w.shape[3],)
+        return _per_group(ctx.m, groups, (w, grad),
+                          lambda wk, gk: _conv3d_input_of(ctx, wk, gk, each))
+    return _conv3d_input_of(ctx, w, grad, x_shape)
+
+
+def _conv3d_input_of(ctx, w: Instr, grad: Instr, x_shape: tuple) -> Instr:
+    m = ctx.m
     g = _Geometry(ctx, x_shape, w.shape, dilated_ok=False)
     dp = _backprop(ctx, Op.CONV_BACKPROP_INPUT, _filter_2d(m, w), _grad_2d(m, grad, g),
                    g.p_shape(), g.strides[1:], g.hw_pads)
