@@ -59,6 +59,7 @@ from tfjit.passes.iteration import (SPLIT_MAX_OUTPUTS, SPLIT_MIN_ELEMENTS, choos
                                     column_candidate, symbolic_reads)
 from tfjit.passes.kernel_graph import KernelGraph, reads_any
 # the kernel data model (passes/kernels.py), which later stages also read as fusion.X
+from tfjit.passes import windows
 from tfjit.passes.kernels import (CONTROL, OWN_KERNEL, Fusion, KernelKind, in_memory, is_cheap, reductions,
                                   row_names)
 
@@ -83,6 +84,7 @@ class _Builder:
         self.order = {i: n for n, i in enumerate(m.instrs)}
         self.owner: dict = {}
         self.sym: dict = {}           # instr -> set of symbolic indices it is read at
+        self.maps: dict = {}          # instr -> index maps it is read at (passes/windows.py)
         self.fusions: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
@@ -101,11 +103,14 @@ class _Builder:
         self.owner[root] = f
         idx = row_names(root.rank)
         self.sym[root] = {idx}
+        self.maps[root] = {0}
         self._propagate(root, f)
         return f
 
     def _propagate(self, i: Instr, f: Fusion) -> None:
-        """Records the symbolic indices at which i's operands are read inside f."""
+        """Records the symbolic indices (and index maps) at which i's operands are read
+        inside f."""
+        windows.add_maps(self.maps, i)
         for idx in self.sym[i]:
             for k, o in enumerate(i.operands):
                 if idx == "opaque":
@@ -160,6 +165,7 @@ class _Builder:
         f.roots.append(i)
         f.notes.append(f"{i!r} is also a root of {f.name}: {why}")
         self.sym[i] = {row_names(i.rank)}
+        self.maps[i] = {0}
         self.join(i, f)
 
     def hoistable(self, i: Instr, f: Fusion) -> str | None:
@@ -264,6 +270,11 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
                            "computes it at every point of its own loop")
             continue
         (f,) = owners
+        if i.op.kind is Kind.ELEMENTWISE and f.kind in ("loop", "reduce"):
+            why = windows.duplicated_window(i, b.maps.get(i, {0}), f.shape, b.order)
+            if why:
+                b.start(i, why)
+                continue
         if i.op.kind is Kind.REDUCE:
             why = b.hoistable(i, f)
             if why:
