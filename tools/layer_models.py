@@ -1,6 +1,7 @@
 """One Keras layer kind per small model: the layers users build from that the model zoo
 does not exercise on its own (sequences, 1-D and 3-D convolutions, transposed
-convolutions, recurrent cells, masked attention, embeddings, resizing, normalisations).
+convolutions, recurrent cells, masked attention, embeddings, resizing, normalisations,
+chained pools, grouped convolutions).
 
 ``tools/zoo_bench.py --layers`` times each under graph, XLA and tfjit like the zoo's
 models; ``tests/test_layer_models.py`` checks tfjit's predictions and one train step
@@ -142,6 +143,25 @@ def resizing():
         L.Dense(CLASSES)])
 
 
+def pools():
+    """Pools of pools (3-D into 1-D): a window read several times per element by the
+    next (passes/windows.py)."""
+    keras, L = _layers()
+    return keras.Sequential([
+        keras.Input((16, 16, 16, 8)), L.AveragePooling3D(2), L.MaxPooling3D(2, strides=1, padding="same"),
+        L.Reshape((8 * 8 * 8, 8)), L.MaxPooling1D(4), L.AveragePooling1D(2, padding="same"),
+        L.Flatten(), L.Dense(CLASSES)])
+
+
+def grouped_conv():
+    """Conv2D(groups=G): Keras runs it through TF's XLA even without jit_compile."""
+    keras, L = _layers()
+    return keras.Sequential([
+        keras.Input((32, 32, 16)), L.Conv2D(32, 3, groups=4, activation="relu"),
+        L.Conv2D(32, 3, groups=8, padding="same", activation="relu"), L.GlobalAveragePooling2D(),
+        L.Dense(CLASSES)])
+
+
 MODELS = {
     "conv1d": (conv1d, (128, 32)),
     "conv1d_causal": (conv1d_causal, (128, 32)),
@@ -158,6 +178,8 @@ MODELS = {
     "einsum_dense": (einsum_dense, (32, 128)),
     "padding_cropping": (padding_cropping, (40, 40, 8)),
     "resizing": (resizing, (40, 40, 3)),
+    "pools": (pools, (16, 16, 16, 8)),
+    "grouped_conv": (grouped_conv, (32, 32, 16)),
 }
 NAMES = tuple("layer_" + n for n in MODELS)
 
