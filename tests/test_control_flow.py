@@ -167,6 +167,55 @@ def test_cond_takes_both_branches_with_one_compilation(rng):
     assert "conditional(" in f.compiled(x, tf.constant(1.0)).module_after
 
 
+def test_branches_assign_variables_as_tf_does(rng):
+    """An update in one branch, another in the other, a variable only one branch
+    assigns, a read after the conditional, nested conditionals (Keras's loss-scale
+    optimizer, EMA and gradient accumulation update in tf.cond): state and results
+    against TF's executor over several calls, both branches taken."""
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def make():
+        return [tf.Variable(w0), tf.Variable(0, dtype=tf.int64), tf.Variable(np.float32(2.0))]
+
+    def program(state):
+        w, step, scale = state
+
+        def fn(x, p):
+            def skip():
+                scale.assign(scale * 0.5)
+                return tf.constant(0.0)
+
+            def update():
+                w.assign_sub(x * scale)
+                step.assign_add(1)
+                tf.cond(step % 2 == 0, lambda: scale.assign(scale * 2.0),
+                        lambda: scale.read_value())        # nested: assigns in one branch
+                return tf.reduce_sum(w)
+            out = tf.cond(p > 0, update, skip)
+            return out, w.read_value() * 2.0, scale + 1.0
+        return fn
+
+    mine, theirs = make(), make()          # tfjit's state, TF's executor's
+    f, g = tfjit.function(program(mine)), tf.function(program(theirs))
+    x = tf.constant(rng.standard_normal((3, 4)).astype(np.float32))
+    for p in (1.0, 1.0, -1.0, 1.0, -1.0, -1.0, 1.0):
+        same(f(x, tf.constant(p)), g(x, tf.constant(p)))
+        for a, b in zip(mine, theirs):
+            same([a.read_value()], [b.read_value()])
+    assert f.experimental_get_compile_count() == 1
+    assert "conditional(" in f.compiled(x, tf.constant(1.0)).module_after
+
+
+def test_a_branch_assigning_a_variable_another_shape_is_refused():
+    v = tf.Variable(tf.zeros([2]), shape=tf.TensorShape(None))
+
+    def fn(p):
+        return tf.cond(p > 0, lambda: v.assign(tf.zeros([3])).read_value()[:1],
+                       lambda: v.read_value()[:1])
+    message = unsupported(fn, tf.constant(1.0))
+    assert "a branch assigns f32[3] to resource input" in message
+
+
 def test_untaken_branch_does_not_raise():
     def fn(x, d):
         return tf.cond(tf.not_equal(d, 0), lambda: x // d, lambda: tf.zeros_like(x))

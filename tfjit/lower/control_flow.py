@@ -20,7 +20,13 @@ while_op.cc / if_op.cc):
   that branch.  All branches must produce the same dtypes and shapes.
 * Resource variables may be read in a body or branch (they read the value the
   variable has when the loop or conditional starts, which is what TF reads when
-  nothing assigns it inside); assigning a variable there is refused.
+  nothing assigns it inside).  A branch may assign them too (Keras's optimizer
+  under mixed_float16 skips the update on non-finite gradients in a tf.cond, its
+  EMA and gradient accumulation update in one): every branch then returns the
+  variable's value at its end as one more output (the value it was given where it
+  does not assign it), which the variable holds after the conditional -- as
+  tf2xla's if_op.cc returns the resources a branch updates.  Assigning a variable
+  in a loop body is refused.
 * TensorLists (lower/tensor_list.py) cross as their buffer and length.  A list
   whose element shape is still unknown when a loop starts (a TensorArray made
   without element_shape) takes the shape of the items the body sets: the body
@@ -55,7 +61,8 @@ def _rebuild(template, parts: list):
     if isinstance(template, Instr):
         return parts[0]
     if isinstance(template, Variable):
-        return Variable(-1, parts[0])        # read-only view; assigning it is refused
+        return Variable(-1, parts[0])        # the variable inside: _branches returns what
+                                             # a branch assigns, _Call refuses it elsewhere
     return template.with_parts(parts)
 
 
@@ -67,7 +74,8 @@ class _Call:
     """Lowers one library function into a computation: its parameters are the
     non-constant parts of ``args``, the constant ones (``sink``) become constants."""
 
-    def __init__(self, ctx, fname: str, args: list, sink: set, name: str):
+    def __init__(self, ctx, fname: str, args: list, sink: set, name: str,
+                 assigns: bool = False):
         self.flat = [p for a in args for p in _parts(a)]
         m = Module(name)
         parts = [m.constant(p.value, p.dtype) if k in sink else m.parameter(p.dtype, p.shape)
@@ -80,9 +88,10 @@ class _Call:
         self.parts, self.module = parts, m
         self.results = ctx.functions.lower(m, fname, self.inner, ctx.node)
         for a, inner in zip(args, self.inner):
-            if isinstance(inner, Variable) and inner.assigned:
+            if isinstance(inner, Variable) and inner.assigned and not assigns:
                 raise Unsupported(f"{fname} assigns a resource variable: tfjit compiles variable "
-                                  f"reads inside {ctx.node.op}, not updates (assign it outside)")
+                                  f"updates inside If and Case branches, not inside {ctx.node.op} "
+                                  "(assign it outside)")
 
     def result_parts(self, what: str) -> list:
         out = []
@@ -224,8 +233,8 @@ def _branches(ctx, selector: Instr, fnames: list) -> list:
     args = list(ctx.inputs[1:])
     flat = [p for a in args for p in _parts(a)]
     sink = {k for k, p in enumerate(flat) if p.op is Op.CONSTANT}    # branches only read them
-    calls = [_Call(ctx, f, args, sink, ctx.functions.computation_name(f"{ctx.node.name}.branch{k}"))
-             for k, f in enumerate(fnames)]
+    calls = [_Call(ctx, f, args, sink, ctx.functions.computation_name(f"{ctx.node.name}.branch{k}"),
+                   assigns=True) for k, f in enumerate(fnames)]
     first = calls[0]
     for c, fname in zip(calls[1:], fnames[1:]):
         if len(c.results) != len(first.results) or any(
@@ -234,7 +243,9 @@ def _branches(ctx, selector: Instr, fnames: list) -> list:
             raise Unsupported(f"branch {fname} returns ({', '.join(map(_describe, c.results))}), "
                               f"branch {fnames[0]} ({', '.join(map(_describe, first.results))}): "
                               "tfjit needs one static shape per output")
-    results = [c.result_parts(f"branch {f}") for c, f in zip(calls, fnames)]
+    assigned = _assigned_in_branches(ctx, args, calls)
+    results = [c.result_parts(f"branch {f}") + [c.inner[k].value for k in assigned]
+               for c, f in zip(calls, fnames)]
     if not results[0]:
         return []
     kept = [k for k in range(len(flat)) if k not in sink]      # = the branches' params
@@ -247,5 +258,25 @@ def _branches(ctx, selector: Instr, fnames: list) -> list:
         n = len(_parts(r))
         out.append(elements[pos] if isinstance(r, Instr) else r.with_parts(elements[pos:pos + n]))
         pos += n
+    for k, value in zip(assigned, elements[pos:]):
+        args[k].assign(value)
     return out
+
+
+def _assigned_in_branches(ctx, args: list, calls: list) -> list:
+    """The positions of the variables some branch assigns, checked: each keeps its
+    dtype and shape, and is passed once (two views of one variable would not see each
+    other's assignments)."""
+    assigned = [k for k, a in enumerate(args) if isinstance(a, Variable)
+                and any(c.inner[k].assigned for c in calls)]
+    for k in assigned:
+        if sum(a is args[k] for a in args) > 1:
+            raise Unsupported(f"{ctx.node.op} {ctx.node.name}: a resource variable passed "
+                              f"twice (input {k + 1}) is assigned in a branch")
+        for c in calls:
+            if _describe(c.inner[k].value) != _describe(args[k]):
+                raise Unsupported(f"{ctx.node.op} {ctx.node.name}: a branch assigns "
+                                  f"{_describe(c.inner[k].value)} to resource input {k + 1}, "
+                                  f"a {_describe(args[k])} variable")
+    return assigned
 

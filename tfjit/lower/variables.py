@@ -37,6 +37,10 @@ class Variable:
     def dtype(self):          # lets generic code (e.g. half-precision checks) look at it
         return self.value.dtype
 
+    def assign(self, value: Instr) -> None:
+        self.value = value
+        self.assigned = True
+
 
 def _var(ctx, i: int = 0) -> Variable:
     v = ctx.inputs[i]
@@ -53,8 +57,7 @@ def _declared(ctx, v: Variable, attr: str = "dtype"):
 
 
 def _assign(v: Variable, value: Instr) -> None:
-    v.value = value
-    v.assigned = True
+    v.assign(value)
 
 
 def _value_like(ctx, v: Variable, x: Instr) -> Instr:
