@@ -51,6 +51,7 @@ GRADS = {
     "EluGrad": (_grad_op("EluGrad", "gradients", "outputs"), FLOAT + HALF, _HALF_TOL),
     "SeluGrad": (_grad_op("SeluGrad", "gradients", "outputs"), FLOAT + HALF, _HALF_TOL),
     "SoftplusGrad": (_grad_op("SoftplusGrad", "gradients", "features"), FLOAT + HALF, _HALF_TOL),
+    "SoftsignGrad": (_grad_op("SoftsignGrad", "gradients", "features"), FLOAT + HALF, _HALF_TOL),
     "SigmoidGrad": (_grad_op("SigmoidGrad", "y", "dy"), FLOAT + HALF, _HALF_TOL),
     "TanhGrad": (_grad_op("TanhGrad", "y", "dy"), FLOAT + HALF, _HALF_TOL),
     "SqrtGrad": (_grad_op("SqrtGrad", "y", "dy"), FLOAT + HALF, _HALF_TOL),

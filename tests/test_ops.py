@@ -242,7 +242,7 @@ UNARY = [
     _unary("Round", FLOAT),
     _activation("Relu", NUM, **_TIES_BY_POSITION), _activation("Relu6", NUM, **_TIES_BY_POSITION),
     _activation("Elu", FLOAT),
-    _activation("Selu", FLOAT), _activation("Softplus", FLOAT),
+    _activation("Selu", FLOAT), _activation("Softplus", FLOAT), _activation("Softsign", FLOAT + HALF),
     Elementwise("LeakyRelu", lambda x: R.LeakyRelu(features=x, alpha=0.2), FLOAT),
     Elementwise("LeakyRelu(alpha=-1.5)", lambda x: R.LeakyRelu(features=x, alpha=-1.5), FLOAT),
     _unary("IsNan", FLOAT), _unary("IsInf", FLOAT), _unary("IsFinite", FLOAT),

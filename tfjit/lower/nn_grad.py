@@ -1,4 +1,4 @@
-"""Lowerings of TF's activation-gradient ops (ReluGrad, SigmoidGrad, ...).
+"""Lowerings of TF's activation-gradient ops (ReluGrad, SigmoidGrad, ...), and Softsign.
 
 Each rule is the formula of TF's CPU functor, operation by operation and in
 the same order (relu_op_functor.h, softplus_op.h, cwise_ops_gradients.h), so
@@ -78,6 +78,21 @@ def _selu_grad(a, g, y, ctx):
 def _softplus_grad(a, g, f, ctx):
     denominator = a.op(Op.ADD, a.op(Op.EXP, a.op(Op.NEG, f)), a.like(1, f))
     return a.op(Op.DIV, g, denominator)
+
+
+@_grad_rule("SoftsignGrad")
+def _softsign_grad(a, g, f, ctx):
+    """softsign_op.h: gradients / (|features| + 1)^2."""
+    denominator = a.op(Op.ADD, a.op(Op.ABS, f), a.like(1, f))
+    return a.op(Op.DIV, g, a.op(Op.MUL, denominator, denominator))
+
+
+@register("Softsign", dtypes=FLOATS)
+def _softsign(ctx):
+    """softsign_op.h: features / (|features| + 1), rounded per op in half types."""
+    a = Arith(ctx.m, ctx.dtype)
+    x = a.load(ctx.inputs[0])
+    return a.store(a.op(Op.DIV, x, a.op(Op.ADD, a.op(Op.ABS, x), a.like(1, x))))
 
 
 # -- gradients written in terms of the forward op's output y and dy -------------
