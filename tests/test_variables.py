@@ -114,6 +114,40 @@ OPTIMIZERS = {k: _hyper(f) for k, f in {
     "rmsprop": lambda v, s, g, c: R.ResourceApplyRMSProp(
         var=v.handle, ms=s[0].handle, mom=s[1].handle, lr=c(0.01), rho=c(0.9), momentum=c(0.5),
         epsilon=c(1e-7), grad=g),
+    # TF 1's and tf_keras's
+    "adagrad": lambda v, s, g, c: R.ResourceApplyAdagrad(var=v.handle, accum=s[0].handle, lr=c(0.1),
+                                                         grad=g),
+    "adagrad_no_slot_update": lambda v, s, g, c: R.ResourceApplyAdagrad(
+        var=v.handle, accum=s[0].handle, lr=c(0.1), grad=g, update_slots=False),
+    "adagrad_v2": lambda v, s, g, c: R.ResourceApplyAdagradV2(
+        var=v.handle, accum=s[0].handle, lr=c(0.1), epsilon=c(1e-7), grad=g),
+    "adadelta": lambda v, s, g, c: R.ResourceApplyAdadelta(
+        var=v.handle, accum=s[0].handle, accum_update=s[1].handle, lr=c(1.0), rho=c(0.95),
+        epsilon=c(1e-6), grad=g),
+    "adamax": lambda v, s, g, c: R.ResourceApplyAdaMax(
+        var=v.handle, m=s[0].handle, v=s[1].handle, beta1_power=c(0.81), lr=c(0.01), beta1=c(0.9),
+        beta2=c(0.999), epsilon=c(1e-7), grad=g),
+    "centered_rmsprop": lambda v, s, g, c: R.ResourceApplyCenteredRMSProp(
+        var=v.handle, mg=s[2].handle, ms=s[0].handle, mom=s[1].handle, lr=c(0.01), rho=c(0.9),
+        momentum=c(0.5), epsilon=c(1e-2), grad=g),
+    "ftrl": lambda v, s, g, c: R.ResourceApplyFtrl(
+        var=v.handle, accum=s[0].handle, linear=s[1].handle, grad=g, lr=c(0.1), l1=c(0.01), l2=c(0.02),
+        lr_power=c(-0.5)),
+    "ftrl_power": lambda v, s, g, c: R.ResourceApplyFtrl(
+        var=v.handle, accum=s[0].handle, linear=s[1].handle, grad=g, lr=c(0.1), l1=c(0.01), l2=c(0.02),
+        lr_power=c(-0.6)),
+    "adam_amsgrad": lambda v, s, g, c: R.ResourceApplyAdamWithAmsgrad(
+        var=v.handle, m=s[0].handle, v=s[1].handle, vhat=s[2].handle, beta1_power=c(0.81),
+        beta2_power=c(0.998), lr=c(0.01), beta1=c(0.9), beta2=c(0.999), epsilon=c(1e-7), grad=g),
+    "proximal_sgd": lambda v, s, g, c: R.ResourceApplyProximalGradientDescent(
+        var=v.handle, alpha=c(0.1), l1=c(0.05), l2=c(0.02), delta=g),
+    "proximal_sgd_no_l1": lambda v, s, g, c: R.ResourceApplyProximalGradientDescent(
+        var=v.handle, alpha=c(0.1), l1=c(0.0), l2=c(0.02), delta=g),
+    "proximal_adagrad": lambda v, s, g, c: R.ResourceApplyProximalAdagrad(
+        var=v.handle, accum=s[0].handle, lr=c(0.1), l1=c(0.05), l2=c(0.02), grad=g),
+    "ftrl_v2_by_lr": lambda v, s, g, c: R.ResourceApplyFtrlV2(
+        var=v.handle, accum=s[0].handle, linear=s[1].handle, grad=g, lr=c(0.1), l1=c(0.01), l2=c(0.02),
+        l2_shrinkage=c(0.03), lr_power=c(-0.5), multiply_linear_by_lr=True),
 }.items()}
 
 
@@ -122,7 +156,7 @@ OPTIMIZERS = {k: _hyper(f) for k, f in {
 def test_optimizer_ops(name, dtype):
     rng = np.random.default_rng(1)
     init = rng.standard_normal((16, 5))
-    slot_init = np.abs(rng.standard_normal((2, 16, 5))) * 0.1
+    slot_init = np.abs(rng.standard_normal((3, 16, 5))) * 0.1     # (accumulators: positive)
 
     def make():
         v = tf.Variable(tf.constant(init, dtype))

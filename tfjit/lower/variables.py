@@ -209,3 +209,201 @@ def _rmsprop(ctx):
     _assign(mom, new_mom)
     _assign(var, _ew(ctx, Op.SUB, var.value, new_mom))
     return []
+
+
+# TF 1's optimizers and tf_keras's: the rest of training_ops.cc's dense functors, each
+# term in the functor's order.
+
+@register("ResourceApplyAdagrad", "ResourceApplyAdagradV2", dtypes=_OPTIMIZER_DTYPES)
+def _adagrad(ctx):
+    """accum += g^2 (when update_slots); var -= g * lr * rsqrt(accum)
+    (V2: var -= g * lr / (sqrt(accum) + eps))"""
+    var, acc = _var(ctx, 0), _var(ctx, 1)
+    lr = _scalar(ctx, var, 2)
+    v2 = ctx.node.op == "ResourceApplyAdagradV2"
+    grad = _value_like(ctx, var, ctx.inputs[4 if v2 else 3])
+    accum = acc.value
+    if ctx.attr("update_slots", True):
+        accum = _ew(ctx, Op.ADD, accum, _ew(ctx, Op.MUL, grad, grad))
+        _assign(acc, accum)
+    step = _ew(ctx, Op.MUL, grad, lr)
+    if v2:
+        step = _ew(ctx, Op.DIV, step, _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, accum), _scalar(ctx, var, 3)))
+    else:
+        step = _ew(ctx, Op.MUL, step, _ew(ctx, Op.RSQRT, accum))
+    _assign(var, _ew(ctx, Op.SUB, var.value, step))
+    return []
+
+
+@register("ResourceApplyAdadelta", dtypes=_OPTIMIZER_DTYPES)
+def _adadelta(ctx):
+    """accum = accum * rho + g^2 * (1 - rho);
+    update = sqrt(accum_update + eps) * rsqrt(accum + eps) * g; var -= update * lr;
+    accum_update = accum_update * rho + update^2 * (1 - rho)"""
+    var, acc, acc_up = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
+    lr, rho, eps = (_scalar(ctx, var, i) for i in range(3, 6))
+    grad = _value_like(ctx, var, ctx.inputs[6])
+    keep = _ew(ctx, Op.SUB, _one(ctx, var), rho)
+    accum = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, acc.value, rho),
+                _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, grad, grad), keep))
+    update = _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, _ew(ctx, Op.SQRT, _ew(ctx, Op.ADD, acc_up.value, eps)),
+                                  _ew(ctx, Op.RSQRT, _ew(ctx, Op.ADD, accum, eps))), grad)
+    _assign(acc, accum)
+    _assign(var, _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.MUL, update, lr)))
+    _assign(acc_up, _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, acc_up.value, rho),
+                        _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, update, update), keep)))
+    return []
+
+
+@register("ResourceApplyAdaMax", dtypes=_OPTIMIZER_DTYPES)
+def _adamax(ctx):
+    """m += (g - m) * (1 - beta1); v = max(beta2 * v, |g|);
+    var -= lr / (1 - beta1_power) * (m / (v + eps))"""
+    var, m, v = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
+    b1p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(3, 8))
+    grad = _value_like(ctx, var, ctx.inputs[8])
+    one = _one(ctx, var)
+    new_m = _ew(ctx, Op.ADD, m.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, m.value),
+                                          _ew(ctx, Op.SUB, one, b1)))
+    new_v = _ew(ctx, Op.MAX, _ew(ctx, Op.MUL, b2, v.value), _ew(ctx, Op.ABS, grad))
+    _assign(m, new_m)
+    _assign(v, new_v)
+    rate = _ew(ctx, Op.DIV, lr, _ew(ctx, Op.SUB, one, b1p))
+    step = _ew(ctx, Op.MUL, rate, _ew(ctx, Op.DIV, new_m, _ew(ctx, Op.ADD, new_v, eps)))
+    _assign(var, _ew(ctx, Op.SUB, var.value, step))
+    return []
+
+
+@register("ResourceApplyCenteredRMSProp", dtypes=_OPTIMIZER_DTYPES)
+def _centered_rmsprop(ctx):
+    """ms += (g^2 - ms) * (1 - rho); mg += (g - mg) * (1 - rho);
+    mom = mom * momentum + g * lr / sqrt(ms - mg^2 + eps); var -= mom"""
+    var, mg, ms, mom = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2), _var(ctx, 3)
+    lr, rho, momentum, eps = (_scalar(ctx, var, i) for i in range(4, 8))
+    grad = _value_like(ctx, var, ctx.inputs[8])
+    keep = _ew(ctx, Op.SUB, _one(ctx, var), rho)
+    new_ms = _ew(ctx, Op.ADD, ms.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad),
+                                                              ms.value), keep))
+    new_mg = _ew(ctx, Op.ADD, mg.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, mg.value), keep))
+    denom = _ew(ctx, Op.ADD, _ew(ctx, Op.SUB, new_ms, _ew(ctx, Op.MUL, new_mg, new_mg)), eps)
+    new_mom = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, mom.value, momentum),
+                  _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, grad, lr), _ew(ctx, Op.SQRT, denom)))
+    _assign(ms, new_ms)
+    _assign(mg, new_mg)
+    _assign(mom, new_mom)
+    _assign(var, _ew(ctx, Op.SUB, var.value, new_mom))
+    return []
+
+
+@register("ResourceApplyFtrl", "ResourceApplyFtrlV2", dtypes=_OPTIMIZER_DTYPES)
+def _ftrl(ctx):
+    """FTRL-proximal (V2: with l2_shrinkage; multiply_linear_by_lr scales linear by lr):
+    linear += g' - (new_accum^-p - accum^-p) / lr * var;
+    var = |linear| > l1 ? (l1 * sign(linear) - linear) / (new_accum^-p / lr + 2 * l2) : 0;
+    accum = new_accum, with new_accum = accum + g^2 and sqrt for p = -0.5 (TF's case)"""
+    var, acc, lin = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
+    v2 = ctx.node.op == "ResourceApplyFtrlV2"
+    grad = _value_like(ctx, var, ctx.inputs[3])
+    lr, l1, l2 = (_scalar(ctx, var, i) for i in range(4, 7))
+    lr_power_in = ctx.inputs[8 if v2 else 7]
+    if lr_power_in.op is not Op.CONSTANT:
+        raise Unsupported(f"{ctx.node.op}: lr_power must be a constant (TF picks its formula by "
+                          "its value)")
+    lr_power = float(np.asarray(lr_power_in.value))
+    by_lr = bool(ctx.attr("multiply_linear_by_lr", False))
+    two = broadcast_to(ctx.m, ctx.m.scalar(2, var.value.dtype), var.value.shape)
+    shrunk = grad
+    if v2:
+        shrinkage = _scalar(ctx, var, 7)
+        shrunk = _ew(ctx, Op.ADD, grad, _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, two, shrinkage), var.value))
+    new_accum = _ew(ctx, Op.ADD, acc.value, _ew(ctx, Op.MUL, grad, grad))
+
+    def power(x):
+        if lr_power == -0.5:
+            return _ew(ctx, Op.SQRT, x)
+        exponent = broadcast_to(ctx.m, ctx.m.scalar(-lr_power, var.value.dtype), var.value.shape)
+        return _ew(ctx, Op.POW, x, exponent)
+    change = _ew(ctx, Op.SUB, power(new_accum), power(acc.value))
+    if by_lr:
+        linear = _ew(ctx, Op.ADD, lin.value, _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, shrunk, lr),
+                                                 _ew(ctx, Op.MUL, change, var.value)))
+        l1_t = _ew(ctx, Op.MUL, l1, lr)
+        y = _ew(ctx, Op.ADD, power(new_accum), _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, two, l2), lr))
+    else:
+        linear = _ew(ctx, Op.ADD, lin.value, _ew(ctx, Op.SUB, shrunk, _ew(
+            ctx, Op.MUL, _ew(ctx, Op.DIV, change, lr), var.value)))
+        l1_t = l1
+        y = _ew(ctx, Op.ADD, _ew(ctx, Op.DIV, power(new_accum), lr), _ew(ctx, Op.MUL, two, l2))
+    x = _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, l1_t, _ew(ctx, Op.SIGN, linear)), linear)
+    zero = broadcast_to(ctx.m, ctx.m.scalar(0, var.value.dtype), var.value.shape)
+    new_var = _ew(ctx, Op.SELECT, _ew(ctx, Op.GT, _ew(ctx, Op.ABS, linear), l1_t),
+                  _ew(ctx, Op.DIV, x, y), zero)
+    _assign(lin, linear)
+    _assign(var, new_var)
+    _assign(acc, new_accum)
+    return []
+
+
+@register("ResourceApplyAdamWithAmsgrad", dtypes=_OPTIMIZER_DTYPES)
+def _amsgrad(ctx):
+    """alpha = lr * sqrt(1 - beta2_power) / (1 - beta1_power); m += (g - m) * (1 - beta1);
+    v += (g^2 - v) * (1 - beta2); vhat = max(vhat, v); var -= m * alpha / (sqrt(vhat) + eps)"""
+    var, m, v, vhat = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2), _var(ctx, 3)
+    b1p, b2p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(4, 10))
+    grad = _value_like(ctx, var, ctx.inputs[10])
+    one = _one(ctx, var)
+    alpha = _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr, _ew(ctx, Op.SQRT, _ew(ctx, Op.SUB, one, b2p))),
+                _ew(ctx, Op.SUB, one, b1p))
+    new_m = _ew(ctx, Op.ADD, m.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, m.value),
+                                          _ew(ctx, Op.SUB, one, b1)))
+    new_v = _ew(ctx, Op.ADD, v.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad),
+                                                           v.value), _ew(ctx, Op.SUB, one, b2)))
+    new_vhat = _ew(ctx, Op.MAX, vhat.value, new_v)
+    _assign(m, new_m)
+    _assign(v, new_v)
+    _assign(vhat, new_vhat)
+    step = _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, new_m, alpha),
+               _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, new_vhat), eps))
+    _assign(var, _ew(ctx, Op.SUB, var.value, step))
+    return []
+
+
+def _proximal(ctx, var: Variable, prox: Instr, rate: Instr, l1: Instr, l2: Instr) -> None:
+    """var = sign(prox) * max(|prox| - rate * l1, 0) / (1 + rate * l2) where l1 > 0, else
+    prox / (1 + rate * l2): the Fobos step of the proximal optimizers."""
+    if l1.op is not Op.CONSTANT:
+        raise Unsupported(f"{ctx.node.op}: l1 must be a constant (TF picks its formula by its sign)")
+    one = _one(ctx, var)
+    denom = _ew(ctx, Op.ADD, one, _ew(ctx, Op.MUL, rate, l2))
+    if float(np.asarray(l1.value).reshape(-1)[0]) > 0:
+        zero = broadcast_to(ctx.m, ctx.m.scalar(0, var.value.dtype), var.value.shape)
+        shrunk = _ew(ctx, Op.MAX, _ew(ctx, Op.SUB, _ew(ctx, Op.ABS, prox), _ew(ctx, Op.MUL, rate, l1)),
+                     zero)
+        _assign(var, _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, _ew(ctx, Op.SIGN, prox), shrunk), denom))
+    else:
+        _assign(var, _ew(ctx, Op.DIV, prox, denom))
+
+
+@register("ResourceApplyProximalGradientDescent", dtypes=_OPTIMIZER_DTYPES)
+def _proximal_sgd(ctx):
+    """prox = var - g * lr, then the Fobos step with rate lr"""
+    var = _var(ctx, 0)
+    lr, l1, l2 = (_scalar(ctx, var, i) for i in range(1, 4))
+    grad = _value_like(ctx, var, ctx.inputs[4])
+    prox = _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.MUL, grad, lr))
+    _proximal(ctx, var, prox, lr, l1, l2)
+    return []
+
+
+@register("ResourceApplyProximalAdagrad", dtypes=_OPTIMIZER_DTYPES)
+def _proximal_adagrad(ctx):
+    """accum += g^2; rate = lr * rsqrt(accum); prox = var - g * rate, then the Fobos step"""
+    var, acc = _var(ctx, 0), _var(ctx, 1)
+    lr, l1, l2 = (_scalar(ctx, var, i) for i in range(2, 5))
+    grad = _value_like(ctx, var, ctx.inputs[5])
+    accum = _ew(ctx, Op.ADD, acc.value, _ew(ctx, Op.MUL, grad, grad))
+    _assign(acc, accum)
+    rate = _ew(ctx, Op.MUL, lr, _ew(ctx, Op.RSQRT, accum))
+    prox = _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.MUL, grad, rate))
+    _proximal(ctx, var, prox, rate, l1, l2)
+    return []
