@@ -283,6 +283,7 @@ BINARY = [
     # vector body), so denormal operands are left out.
     _binary("Pow", NUM, valid=_nonnegative_exponent, exclude=_denormal),
     _binary("SquaredDifference", NUM),
+    _binary("Xlogy", FLOAT), _binary("Xlog1py", FLOAT), _binary("Xdivy", FLOAT),
     Elementwise("Atan2", lambda y, x: R.Atan2(y=y, x=x), FLOAT, arity=2, exclude=_denormal),
     _binary("Equal", ALL), _binary("NotEqual", ALL), _binary("Less", NUM), _binary("LessEqual", NUM),
     _binary("Greater", NUM), _binary("GreaterEqual", NUM),
@@ -854,3 +855,12 @@ def test_integer_errors(op, d, x, y, message):
         tf.function(fn)(*args)              # the oracle: TF raises this error
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         tfjit.function(fn, jit_compile=True)(*args)
+
+
+def test_ensure_shape_passes_a_fitting_value_through():
+    """tf.ensure_shape (None: any size).  A shape that does not fit is TF's trace-time
+    error in a tfjit.function; in auto mode, where a cluster compiles for shapes the
+    graph left unknown, the lowering refuses it and TF runs the node and raises."""
+    fn = lambda x: tf.ensure_shape(tf.reshape(x, [2, -1]), [None, 3]) * 2.0      # noqa: E731
+    x = tf.constant(np.arange(6, dtype=np.float32))
+    assert_matches(tfjit.function(fn, jit_compile=True)(x).numpy(), tf.function(fn)(x).numpy())

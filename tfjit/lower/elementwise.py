@@ -60,6 +60,23 @@ def _div_no_nan(ctx):
     return m.elementwise(Op.SELECT, m.elementwise(Op.EQ, y, zero), zero, m.elementwise(Op.DIV, x, y))
 
 
+def _zero_x_gives_x(ctx, op: Op, *transform: Op):
+    """Xlogy, Xlog1py, Xdivy: x op f(y), and x itself where x == 0 (TF's vector code
+    selects x, keeping -0; its scalar tail returns +0 -- the vector order is tfjit's)."""
+    m = ctx.m
+    x, y = broadcast_all(m, *ctx.inputs)
+    for t in transform:
+        y = m.elementwise(t, y)
+    return m.elementwise(Op.SELECT, m.elementwise(Op.EQ, x, scalar_like(m, 0, x)), x,
+                         m.elementwise(op, x, y))
+
+
+register("Xlogy", dtypes=FLOATS, half_in_f32=True)(lambda ctx: _zero_x_gives_x(ctx, Op.MUL, Op.LOG))
+register("Xlog1py", dtypes=FLOATS, half_in_f32=True)(
+    lambda ctx: _zero_x_gives_x(ctx, Op.MUL, Op.LOG1P))
+register("Xdivy", dtypes=FLOATS, half_in_f32=True)(lambda ctx: _zero_x_gives_x(ctx, Op.DIV))
+
+
 def _adjust_toward_floor(m, r, y):
     """True where a truncated remainder r must move to floor semantics."""
     zero = scalar_like(m, 0, r)

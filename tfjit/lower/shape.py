@@ -55,6 +55,19 @@ def _identity(ctx: LowerCtx):
     return ctx.inputs[0]
 
 
+@register("EnsureShape", dtypes=registry.ALL)
+def _ensure_shape(ctx: LowerCtx):
+    """tf.ensure_shape: the input, whose shape is static in every compilation, checked
+    against the attr's (-1: any size) at compile time, with TF's message."""
+    x, want = ctx.inputs[0], ctx.attr("shape")       # (None: unknown rank, or dim)
+    if want is not None and (len(want) != x.rank or any(
+            w is not None and w != n for w, n in zip(want, x.shape))):
+        shown = "[" + ",".join("?" if w is None else str(w) for w in want) + "]"
+        raise Unsupported(f"Shape of tensor {ctx.node.inputs[0]} {list(x.shape)} is not "
+                          f"compatible with expected shape {shown}.")
+    return x
+
+
 @register("IdentityN", dtypes=registry.ALL, quantized=registry.QUANTIZED_MOVES)
 def _identity_n(ctx: LowerCtx):
     return list(ctx.inputs)
