@@ -185,6 +185,41 @@ def test_gather_out_of_range(fn, name, bad, index_dtype):
     assert_matches(jit(x, good).numpy(), tf.function(fn)(x, good).numpy(), rtol=0, atol=0)
 
 
+def _reverse_sequence_case(d, shape, seq, batch, index_dtype=np.int64):
+    def inputs(rng):
+        lengths = rng.integers(0, shape[seq] + 1, shape[batch]).astype(index_dtype)
+        return [values(rng, d, shape, specials=True), lengths]
+    return Case(f"ReverseSequence-{d}-{'x'.join(map(str, shape))}-seq{seq}-batch{batch}",
+                lambda x, n: R.ReverseSequence(input=x, seq_lengths=n, seq_dim=seq, batch_dim=batch),
+                inputs)
+
+
+REVERSE_SEQUENCES = [
+    _reverse_sequence_case("f32", (4, 7, 3), 1, 0),                 # Keras's [batch, time, features]
+    _reverse_sequence_case("f32", (7, 4, 3), 0, 1),                 # time-major
+    _reverse_sequence_case("i32", (3, 2, 5, 2), 2, 3, np.int32),    # batch after seq, more dims
+    _reverse_sequence_case("bool", (1, 1), 1, 0),                   # one batch, one step
+    _reverse_sequence_case("bf16", (5, 13), 1, 0),                  # prime length
+    Case("ReverseSequence-fused-one-kernel", lambda x, n: tf.reverse_sequence(tf.exp(x), n, 1, 0) + 1.0,
+         lambda rng: [values(rng, "f32", (6, 9)), rng.integers(0, 10, (6,)).astype(np.int32)], kernels=1,
+         tol=(1e-6, 0)),                                          # (exp: TF's and tfjit's round apart)
+]
+
+
+@pytest.mark.parametrize("case", params(REVERSE_SEQUENCES))
+def test_reverse_sequence(case):
+    check(case)
+
+
+def test_reverse_sequence_longer_than_the_sequence_is_an_error():
+    fn = lambda x, n: tf.reverse_sequence(x, n, 1, 0)        # noqa: E731
+    x, n = tf.ones([2, 3]), tf.constant([4, 1])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape("seq_lens(0) > input.dims(1)")):
+        tf.function(fn)(x, n)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"ReverseSequence.*is not in \[0, 3\)"):
+        tfjit.function(fn, jit_compile=True)(x, n)
+
+
 def test_gather_from_empty_params_is_an_error():
     def f(x, i):
         return tf.gather(x, i)

@@ -69,6 +69,32 @@ def _resource_gather(ctx):
     return gather(ctx, v.value, ctx.inputs[1], 0, int(ctx.attr("batch_dims", 0)))
 
 
+@register("ReverseSequence", dtypes=ALL)
+def _reverse_sequence(ctx):
+    """For each batch b, the first seq_lengths[b] elements along seq_dim reversed, the
+    rest as they are: a gather along seq_dim at where(t < len, len - 1 - t, t), one index
+    row per batch (batch dim and seq dim moved to the front).  A length beyond the seq
+    dim is an out-of-range index: TF's InvalidArgumentError at run time."""
+    m, (x, lengths) = ctx.m, ctx.inputs[:2]
+    seq = _axis(ctx, int(ctx.attr("seq_dim")), x.rank, "seq_dim")
+    batch = _axis(ctx, int(ctx.attr("batch_dim", 0)), x.rank, "batch_dim")
+    if seq == batch or lengths.shape != (x.shape[batch],):
+        raise Unsupported(f"ReverseSequence of {list(x.shape)}: seq_dim {seq}, batch_dim {batch} "
+                          f"and seq_lengths {list(lengths.shape)} do not fit")
+    lengths = _index(ctx, lengths)
+    n, steps = x.shape[batch], x.shape[seq]
+    t = m.iota(lengths.dtype, (n, steps), 1)
+    length = m.broadcast(lengths, (n, steps), (0,))
+    one = broadcast_to(m, m.scalar(1, lengths.dtype), (n, steps))
+    flipped = m.elementwise(Op.SUB, m.elementwise(Op.SUB, length, one), t)
+    index = m.elementwise(Op.SELECT, m.elementwise(Op.LT, t, length), flipped, t)
+    perm = (batch, seq) + tuple(d for d in range(x.rank) if d not in (batch, seq))
+    moved = m.transpose(x, perm) if perm != tuple(range(x.rank)) else x
+    out = m.gather(moved, index, 1, batch_dims=1)
+    back = tuple(perm.index(d) for d in range(x.rank))
+    return m.transpose(out, back) if perm != tuple(range(x.rank)) else out
+
+
 _SEGMENT_KINDS = {"Sum": "sum", "Prod": "prod", "Max": "max", "Min": "min"}
 
 
