@@ -14,8 +14,9 @@ tap per upsampled pixel).  XLA declines the same fusion (an expensive producer
 whose consumer reuses operand elements); here the measure is the count itself:
 
 * ``maps``: per value, the distinct index maps at which a kernel reads it: elementwise
-  ops pass their own on, any other op (slice, pad, reshape, concat, gather, ...) makes
-  a new map per operand, so two taps of a pool are two maps and ``x * x`` is one;
+  ops, reshapes, transposes and broadcasts pass their own on (they read no neighbour),
+  any other op (slice, pad, concat, gather, ...) makes a new map per operand, so two
+  taps of a pool are two maps and ``x * x`` or ``x - mean(x)`` one;
 * a producer gets a kernel of its own when the kernel would evaluate it at least
   ``DUPLICATION_MIN`` times per element (maps x kernel points / its elements) and it
   reads some value below it at ``WINDOW_MIN_TAPS`` or more maps itself (a window).
@@ -29,7 +30,7 @@ from __future__ import annotations
 import math
 
 from tfjit.ir.module import Instr
-from tfjit.ir.ops import Kind
+from tfjit.ir.ops import Kind, Op
 from tfjit.passes.kernels import in_memory
 
 MAX_MAPS = 64
@@ -38,9 +39,15 @@ WINDOW_MIN_TAPS = 4
 _LOOKAHEAD = 512          # values examined below a producer (compile time stays bounded)
 
 
+# Ops that read their operand at one index per output index without shifting it among
+# its neighbours: a value read through them by two paths is not read at two taps (a
+# layer norm's gradient reads x through several reshapes and broadcasts, no window).
+_SAME_TAP = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.BROADCAST, Op.CONVERT})
+
+
 def operand_maps(i: Instr, maps: set) -> list:
     """Per operand of ``i``, the maps it is read at when ``i`` is read at ``maps``."""
-    if i.op.kind is Kind.ELEMENTWISE:
+    if i.op.kind is Kind.ELEMENTWISE or i.op in _SAME_TAP:
         return [maps] * len(i.operands)
     return [{hash((m, id(i), k)) for m in maps} for k in range(len(i.operands))]
 
