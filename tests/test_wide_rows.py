@@ -31,6 +31,12 @@ CASES = {   # name: (function, input shape); 4 * 20 = 80 rows of [33, C] (>= WID
     "eight channels": (lambda x: tf.reverse(x, [2]) * 2.0, (4, 20, 33, 8)),
     "one column": (lambda x: tf.reverse(x, [1]) * 2.0, (4, 20, 1, 3)),
     "per-row scale": (lambda x: x * tf.reduce_max(x[..., :1], [2], keepdims=True), (4, 20, 33, 5)),
+    # a full vector of elements per column (LoopRows.full_vector_elements)
+    "transposed H and W, 8 channels": (lambda x: tf.transpose(x, [0, 2, 1, 3]) - 1.0, (4, 33, 20, 8)),
+    "strided slice, 8 channels": (lambda x: x[:, ::2, ::3, :] + 1.0, (4, 40, 33, 8)),
+    "bilinear resize, 8 channels": (lambda x: tf.image.resize(x, [29, 37]), (4, 17, 23, 8)),
+    "f64 strided slice, 4 channels": (lambda x: tf.cast(x, tf.float64)[:, ::2, ::3, :] * 3.0,
+                                      (4, 40, 33, 4)),
 }
 
 
@@ -55,3 +61,20 @@ def test_which_kernels_take_two_dims_per_row(rng):
     few = WIDE_MIN_ROWS - 1                                   # too few rows left to split
     assert NOTE not in _notes(flip, _x(rng, 1, few, 33, 3))
     assert NOTE not in _notes(lambda x: x * 2.0 + 1.0, _x(rng, 4, 20, 33, 3))   # flat
+
+
+def _wide_loop_hints(fn, x) -> bool:
+    """Does the kernel's emitted LLVM IR ask for a column loop interleaved unvectorised?"""
+    from tfjit import pipeline
+    from tfjit.codegen import llvm_cpu
+    c = tfjit.function(fn, jit_compile=True).compiled(x)
+    module, _ = llvm_cpu.emit_module("rows", c.fusions, c.plan, [], pipeline.jit_target())
+    return '!"llvm.loop.vectorize.width", i32 1' in str(module)
+
+
+def test_full_vector_columns_are_not_vectorised_across(rng):
+    """Eight f32 channels strided between columns: each column's channels are one vector
+    (LLVM gathered across columns otherwise); three channels stay vectorised across."""
+    fn = CASES["strided slice"][0]
+    assert _wide_loop_hints(fn, _x(rng, 4, 40, 33, 8))
+    assert not _wide_loop_hints(fn, _x(rng, 4, 40, 33, 3))

@@ -94,6 +94,14 @@ def no_vectorize(module: ir.Module) -> ir.values.MDValue:
     return _LoopID(module, [hint], name=str(len(module.metadata)))
 
 
+def unvectorised_interleave(module: ir.Module, count: int) -> ir.values.MDValue:
+    """Loop metadata: no vectorising across iterations, but ``count`` of them interleaved
+    (the loop vectoriser at width 1: an unroll whose copies it schedules together)."""
+    width = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"),
+                                 ir.Constant(ir.IntType(32), 1)])
+    return _LoopID(module, [width, _interleave_hint(module, count)], name=str(len(module.metadata)))
+
+
 def interleave(module: ir.Module, count: int) -> ir.values.MDValue:
     """Loop metadata asking the vectoriser to interleave ``count`` vector iterations."""
     return _LoopID(module, [_interleave_hint(module, count)], name=str(len(module.metadata)))
