@@ -123,6 +123,11 @@ def _one(ctx, v: Variable) -> Instr:
     return broadcast_to(ctx.m, ctx.m.scalar(1, v.value.dtype), v.value.shape)
 
 
+def _moved(ctx, old: Instr, target: Instr, rate: Instr) -> Instr:
+    """old + (target - old) * rate: the moving averages of training_ops.cc's functors."""
+    return _ew(ctx, Op.ADD, old, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, target, old), rate))
+
+
 @register("ResourceApplyGradientDescent", dtypes=_OPTIMIZER_DTYPES)
 def _sgd(ctx):
     """var -= alpha * delta"""
@@ -164,24 +169,27 @@ def _keras_momentum(ctx):
     return []
 
 
-@register("ResourceApplyAdam", dtypes=_OPTIMIZER_DTYPES)
+@register("ResourceApplyAdam", "ResourceApplyAdamWithAmsgrad", dtypes=_OPTIMIZER_DTYPES)
 def _adam(ctx):
     """lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t); m += (g - m) * (1 - beta1);
     v += (g^2 - v) * (1 - beta2); var -= lr_t * m / (sqrt(v) + eps)
-    (nesterov: var -= lr_t * (m * beta1 + (1 - beta1) * g) / (sqrt(v) + eps))"""
+    (nesterov: var -= lr_t * (m * beta1 + (1 - beta1) * g) / (sqrt(v) + eps);
+    AMSGrad: vhat = max(vhat, v) takes v's place in the step)"""
+    amsgrad = ctx.node.op == "ResourceApplyAdamWithAmsgrad"
     var, m, vv = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
-    b1p, b2p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(3, 9))
-    grad = _value_like(ctx, var, ctx.inputs[9])
+    b1p, b2p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(3 + amsgrad, 9 + amsgrad))
+    grad = _value_like(ctx, var, ctx.inputs[9 + amsgrad])
     one = _one(ctx, var)
     lr_t = _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr, _ew(ctx, Op.SQRT, _ew(ctx, Op.SUB, one, b2p))),
                _ew(ctx, Op.SUB, one, b1p))
-    new_m = _ew(ctx, Op.ADD, m.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, m.value),
-                                          _ew(ctx, Op.SUB, one, b1)))
-    new_v = _ew(ctx, Op.ADD, vv.value, _ew(ctx, Op.MUL,
-                                           _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad), vv.value),
-                                           _ew(ctx, Op.SUB, one, b2)))
+    new_m = _moved(ctx, m.value, grad, _ew(ctx, Op.SUB, one, b1))
+    new_v = _moved(ctx, vv.value, _ew(ctx, Op.MUL, grad, grad), _ew(ctx, Op.SUB, one, b2))
     _assign(m, new_m)
     _assign(vv, new_v)
+    if amsgrad:
+        vhat = _var(ctx, 3)
+        new_v = _ew(ctx, Op.MAX, vhat.value, new_v)
+        _assign(vhat, new_v)
     denom = _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, new_v), eps)
     if ctx.attr("use_nesterov"):
         num = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, new_m, b1),
@@ -192,19 +200,26 @@ def _adam(ctx):
     return []
 
 
-@register("ResourceApplyRMSProp", dtypes=_OPTIMIZER_DTYPES)
+@register("ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp", dtypes=_OPTIMIZER_DTYPES)
 def _rmsprop(ctx):
-    """ms += (g^2 - ms) * (1 - rho); mom = mom * momentum + rsqrt(ms + eps) * lr * g;
-    var -= mom"""
-    var, ms, mom = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2)
-    lr, rho, momentum, eps = (_scalar(ctx, var, i) for i in range(3, 7))
-    grad = _value_like(ctx, var, ctx.inputs[7])
-    one = _one(ctx, var)
-    new_ms = _ew(ctx, Op.ADD, ms.value, _ew(ctx, Op.MUL,
-                                            _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad), ms.value),
-                                            _ew(ctx, Op.SUB, one, rho)))
-    scale = _ew(ctx, Op.MUL, _ew(ctx, Op.RSQRT, _ew(ctx, Op.ADD, new_ms, eps)), lr)
-    new_mom = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, mom.value, momentum), _ew(ctx, Op.MUL, scale, grad))
+    """ms += (g^2 - ms) * (1 - rho); mom = mom * momentum + g * lr / sqrt(ms + eps);
+    var -= mom.  Centered: also mg += (g - mg) * (1 - rho), and sqrt(ms - mg^2 + eps)."""
+    centered = ctx.node.op == "ResourceApplyCenteredRMSProp"
+    var = _var(ctx, 0)
+    mg = _var(ctx, 1) if centered else None
+    ms, mom = _var(ctx, 1 + centered), _var(ctx, 2 + centered)
+    lr, rho, momentum, eps = (_scalar(ctx, var, i) for i in range(3 + centered, 7 + centered))
+    grad = _value_like(ctx, var, ctx.inputs[7 + centered])
+    keep = _ew(ctx, Op.SUB, _one(ctx, var), rho)
+    new_ms = _moved(ctx, ms.value, _ew(ctx, Op.MUL, grad, grad), keep)
+    denom = new_ms
+    if centered:
+        new_mg = _moved(ctx, mg.value, grad, keep)
+        _assign(mg, new_mg)
+        denom = _ew(ctx, Op.SUB, new_ms, _ew(ctx, Op.MUL, new_mg, new_mg))
+    new_mom = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, mom.value, momentum),
+                  _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, grad, lr),
+                      _ew(ctx, Op.SQRT, _ew(ctx, Op.ADD, denom, eps))))
     _assign(ms, new_ms)
     _assign(mom, new_mom)
     _assign(var, _ew(ctx, Op.SUB, var.value, new_mom))
@@ -263,35 +278,13 @@ def _adamax(ctx):
     b1p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(3, 8))
     grad = _value_like(ctx, var, ctx.inputs[8])
     one = _one(ctx, var)
-    new_m = _ew(ctx, Op.ADD, m.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, m.value),
-                                          _ew(ctx, Op.SUB, one, b1)))
+    new_m = _moved(ctx, m.value, grad, _ew(ctx, Op.SUB, one, b1))
     new_v = _ew(ctx, Op.MAX, _ew(ctx, Op.MUL, b2, v.value), _ew(ctx, Op.ABS, grad))
     _assign(m, new_m)
     _assign(v, new_v)
     rate = _ew(ctx, Op.DIV, lr, _ew(ctx, Op.SUB, one, b1p))
     step = _ew(ctx, Op.MUL, rate, _ew(ctx, Op.DIV, new_m, _ew(ctx, Op.ADD, new_v, eps)))
     _assign(var, _ew(ctx, Op.SUB, var.value, step))
-    return []
-
-
-@register("ResourceApplyCenteredRMSProp", dtypes=_OPTIMIZER_DTYPES)
-def _centered_rmsprop(ctx):
-    """ms += (g^2 - ms) * (1 - rho); mg += (g - mg) * (1 - rho);
-    mom = mom * momentum + g * lr / sqrt(ms - mg^2 + eps); var -= mom"""
-    var, mg, ms, mom = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2), _var(ctx, 3)
-    lr, rho, momentum, eps = (_scalar(ctx, var, i) for i in range(4, 8))
-    grad = _value_like(ctx, var, ctx.inputs[8])
-    keep = _ew(ctx, Op.SUB, _one(ctx, var), rho)
-    new_ms = _ew(ctx, Op.ADD, ms.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad),
-                                                              ms.value), keep))
-    new_mg = _ew(ctx, Op.ADD, mg.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, mg.value), keep))
-    denom = _ew(ctx, Op.ADD, _ew(ctx, Op.SUB, new_ms, _ew(ctx, Op.MUL, new_mg, new_mg)), eps)
-    new_mom = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, mom.value, momentum),
-                  _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, grad, lr), _ew(ctx, Op.SQRT, denom)))
-    _assign(ms, new_ms)
-    _assign(mg, new_mg)
-    _assign(mom, new_mom)
-    _assign(var, _ew(ctx, Op.SUB, var.value, new_mom))
     return []
 
 
@@ -341,30 +334,6 @@ def _ftrl(ctx):
     _assign(lin, linear)
     _assign(var, new_var)
     _assign(acc, new_accum)
-    return []
-
-
-@register("ResourceApplyAdamWithAmsgrad", dtypes=_OPTIMIZER_DTYPES)
-def _amsgrad(ctx):
-    """alpha = lr * sqrt(1 - beta2_power) / (1 - beta1_power); m += (g - m) * (1 - beta1);
-    v += (g^2 - v) * (1 - beta2); vhat = max(vhat, v); var -= m * alpha / (sqrt(vhat) + eps)"""
-    var, m, v, vhat = _var(ctx, 0), _var(ctx, 1), _var(ctx, 2), _var(ctx, 3)
-    b1p, b2p, lr, b1, b2, eps = (_scalar(ctx, var, i) for i in range(4, 10))
-    grad = _value_like(ctx, var, ctx.inputs[10])
-    one = _one(ctx, var)
-    alpha = _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr, _ew(ctx, Op.SQRT, _ew(ctx, Op.SUB, one, b2p))),
-                _ew(ctx, Op.SUB, one, b1p))
-    new_m = _ew(ctx, Op.ADD, m.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, grad, m.value),
-                                          _ew(ctx, Op.SUB, one, b1)))
-    new_v = _ew(ctx, Op.ADD, v.value, _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, grad, grad),
-                                                           v.value), _ew(ctx, Op.SUB, one, b2)))
-    new_vhat = _ew(ctx, Op.MAX, vhat.value, new_v)
-    _assign(m, new_m)
-    _assign(v, new_v)
-    _assign(vhat, new_vhat)
-    step = _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, new_m, alpha),
-               _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, new_vhat), eps))
-    _assign(var, _ew(ctx, Op.SUB, var.value, step))
     return []
 
 
