@@ -100,6 +100,47 @@ def test_concurrent_decision(times, expect):
     assert concurrency.concurrent(times) is expect
 
 
+@pytest.mark.parametrize("times, loops, expect", [
+    ([100_000, 100_000], [20_000, 20_000], True),       # small loops beside the calls
+    # a task holding a long loop: split over two threads it takes half as long alone
+    ([60_000, 60_000], [0, 1_000_000], False),
+    ([300_000, 300_000], [0, 500_000], True),           # ... unless the calls outweigh it
+])
+def test_loops_held_to_one_thread_count_against_a_group(times, loops, expect):
+    assert concurrency.concurrent(times, loops) is expect
+
+
+def test_attention_beside_additive_attention_runs_one_kernel_at_a_time():
+    """Keras's Attention and AdditiveAttention of one query: two branches, the second a
+    1M-tanh reduction that, grouped, would run on one thread (0.74 ms a call against
+    0.57 one kernel at a time)."""
+    import numpy as np
+    import tensorflow as tf
+    import tfjit
+    from tests.oracle import assert_matches
+    rng = np.random.default_rng(5)
+    q = tf.constant(rng.standard_normal((32, 32, 32)).astype(np.float32))
+
+    def f(q):
+        dot = tf.nn.softmax(tf.matmul(q, q, transpose_b=True) * 0.2) @ q
+        additive = tf.reduce_sum(tf.tanh(q[:, :, None, :] + q[:, None, :, :]), -1)
+        return dot, tf.nn.softmax(additive) @ q
+
+    fn = tfjit.function(f, jit_compile=True)
+    for got, want in zip(fn(q), tf.function(f)(q)):
+        assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    executable = fn.compiled(q).executable
+    marks, whats = executable.marks(), [what for _, what in executable.steps]
+    grouped, s = [], 0
+    while s < len(marks):
+        group = max(marks[s][0], 1)
+        if group > 1:
+            grouped += whats[s:s + group]
+        s += group
+    tanh_grouped = any(w.startswith("reduce") and "[32, 32, 32]" in w for w in grouped)
+    assert not tanh_grouped, marks
+
+
 def test_step_marks():
     # kernels: 1 alone, then a group of tasks of 2 kernels (1 + 2 steps) and 1 kernel (1 step)
     marks = concurrency.step_marks([[1], [2, 1], [1]], [1, 1, 2, 1, 1])
