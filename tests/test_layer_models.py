@@ -3,7 +3,8 @@ transposed convolutions, bilinear upsampling, separable and depthwise convolutio
 GRU, bidirectional LSTM, SimpleRNN, causal multi-head attention, embeddings with
 pooling, group and layer normalisation, EinsumDense with dropout, padding and
 cropping, resizing, chained pools, grouped convolutions -- which Keras's TF backend
-runs through TF's XLA even in the oracle's model) under ``model.compile(jit_compile=True)``: tfjit's predictions
+runs through TF's XLA even in the oracle's model --, pyramid pooling, 3-D transposed
+convolutions, Attention beside AdditiveAttention) under ``model.compile(jit_compile=True)``: tfjit's predictions
 and two SGD train steps (losses, then every weight) against the same model run by
 TF's executor (``jit_compile=False``), and each step compiled by tfjit (must-compile:
 a layer tfjit cannot compile fails here)."""

@@ -1,7 +1,8 @@
 """One Keras layer kind per small model: the layers users build from that the model zoo
 does not exercise on its own (sequences, 1-D and 3-D convolutions, transposed
 convolutions, recurrent cells, masked attention, embeddings, resizing, normalisations,
-chained pools, grouped convolutions).
+chained pools, grouped convolutions, pyramid pooling, 3-D transposed convolutions, a pair
+of attentions).
 
 ``tools/zoo_bench.py --layers`` times each under graph, XLA and tfjit like the zoo's
 models; ``tests/test_layer_models.py`` checks tfjit's predictions and one train step
@@ -162,6 +163,34 @@ def grouped_conv():
         L.Dense(CLASSES)])
 
 
+def pyramid_pool():
+    """A PSPNet-style pyramid: average pools of several window sizes, each upsampled
+    back by a bilinear resize, beside the input (passes/windows.py)."""
+    keras, L = _layers()
+    x = keras.Input((24, 24, 16))
+    branches = [x] + [L.UpSampling2D(k, interpolation="bilinear")(L.AveragePooling2D(k)(x))
+                      for k in (4, 6, 12)]
+    h = L.Conv2D(16, 1, activation="relu")(L.Concatenate()(branches))
+    return keras.Model(x, L.Dense(CLASSES)(L.GlobalAveragePooling2D()(h)))
+
+
+def transposed_3d():
+    """Conv3DTranspose (its depth taps: lower/conv3d.py) and Conv1DTranspose."""
+    keras, L = _layers()
+    return keras.Sequential([
+        keras.Input((8, 8, 8, 8)), L.Conv3DTranspose(8, 3, strides=2, padding="same", activation="relu"),
+        L.Reshape((16 * 16, 16 * 8)), L.Conv1DTranspose(16, 3, strides=2, activation="relu"),
+        L.GlobalAveragePooling1D(), L.Dense(CLASSES)])
+
+
+def attention_pair():
+    """Keras's Attention beside AdditiveAttention on one query (passes/concurrency.py)."""
+    keras, L = _layers()
+    q = keras.Input((32, 32))
+    h = L.Concatenate()([L.Attention(use_scale=True)([q, q]), L.AdditiveAttention()([q, q])])
+    return keras.Model(q, L.Dense(CLASSES)(L.GlobalAveragePooling1D()(h)))
+
+
 MODELS = {
     "conv1d": (conv1d, (128, 32)),
     "conv1d_causal": (conv1d_causal, (128, 32)),
@@ -180,6 +209,9 @@ MODELS = {
     "resizing": (resizing, (40, 40, 3)),
     "pools": (pools, (16, 16, 16, 8)),
     "grouped_conv": (grouped_conv, (32, 32, 16)),
+    "pyramid_pool": (pyramid_pool, (24, 24, 16)),
+    "transposed_3d": (transposed_3d, (8, 8, 8, 8)),
+    "attention_pair": (attention_pair, (32, 32)),
 }
 NAMES = tuple("layer_" + n for n in MODELS)
 
