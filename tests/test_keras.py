@@ -201,7 +201,8 @@ def outer_function(model, attr):
 
 
 def runs_as_python(function) -> bool:
-    return getattr(function, "tfjit_eager_outer", False)
+    """Is Keras's outer step plain Python, not a tf.function?"""
+    return callable(function) and not hasattr(function, "get_concrete_function")
 
 
 def test_keras_outer_step_runs_as_python_around_a_compiled_step():

@@ -87,7 +87,7 @@ class _TensorFlow:
             return lambda f: self.function(f, **kwargs)
         current = getattr(_making, "current", None)
         if current is not None and not kwargs.get("jit_compile") and _runs_eagerly(current):
-            return _eager_outer(func)
+            return func         # Keras's own run_eagerly code, around a compiled step
         if current is None or not kwargs.get("jit_compile"):
             return self._module.function(func, **kwargs)
         model, kind = current.model, current.kind
@@ -184,16 +184,6 @@ def _runs_eagerly(making: _Making) -> bool:
     the outer function stays a tf.function (it holds the cross-replica work), and with
     ``steps_per_execution`` > 1 too (its loop is a tf.while_loop)."""
     return making.step_made and getattr(making.model, "steps_per_execution", 1) == 1
-
-
-def _eager_outer(func):
-    """``func`` called as it is: Keras's own code for ``run_eagerly=True``, around a step
-    that is compiled."""
-    @functools.wraps(func)
-    def outer(*args, **kwargs):
-        return func(*args, **kwargs)
-    outer.tfjit_eager_outer = True
-    return outer
 
 
 def _maker(original, kind: str):

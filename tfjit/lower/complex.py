@@ -31,7 +31,7 @@ from tfjit.ir.ops import Op
 from tfjit.lower import complex_math as cm
 from tfjit.lower.registry import (Complex, Unsupported, broadcast_all, lower_node, part_node,
                                   register_complex, register_split)
-from tfjit.lower.variables import _assign, _var
+from tfjit.lower.variables import _var
 
 # -- the cluster's edges ---------------------------------------------------------------
 
@@ -135,7 +135,7 @@ def _assign_variable(ctx):
     if not isinstance(v.value, Complex) or v.value.dtype is not x.dtype or v.value.shape != x.shape:
         raise Unsupported(f"AssignVariableOp: a {x.dtype}{list(x.shape)} value for a "
                           f"{v.value.dtype}{list(v.value.shape)} variable")
-    _assign(v, x)
+    v.assign(x)
     return []
 
 

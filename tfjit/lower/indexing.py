@@ -21,7 +21,7 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import INDEX_DTYPES, Instr, scatter_identity
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import ALL, NUMERIC, QUANTIZED_MOVES, InvalidArgument, Unsupported, broadcast_to, register
-from tfjit.lower.variables import _assign, _declared, _var
+from tfjit.lower.variables import _declared, _var
 
 
 def _index(ctx, x: Instr) -> Instr:
@@ -173,7 +173,7 @@ def _resource_scatter(ctx):
     out = m.scatter(m.reshape(updates, (ids.size, columns)), m.reshape(_index(ctx, ids), (ids.size,)),
                     kind, value.shape[0], init=m.reshape(value, (value.shape[0], columns)),
                     bounds="index", index_shape=ids.shape)
-    _assign(v, m.reshape(out, value.shape))
+    v.assign(m.reshape(out, value.shape))
     return []
 
 

@@ -18,7 +18,7 @@ from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
 from tfjit.lower.indexing import _index
 from tfjit.lower.registry import ALL, NUMERIC, QUANTIZED_8_32, Unsupported, broadcast_to, register
-from tfjit.lower.variables import _assign, _declared, _var
+from tfjit.lower.variables import _declared, _var
 
 
 def linear_index(ctx, indices: Instr, shape: tuple) -> Instr:
@@ -109,5 +109,5 @@ def _resource_scatter_nd(ctx):
     v = _var(ctx)
     _declared(ctx, v, attr="T")
     kind = _KINDS[ctx.node.op[len("ResourceScatterNd"):]]
-    _assign(v, _scatter_nd(ctx, kind, v.value, ctx.inputs[1], ctx.inputs[2], v.value.shape))
+    v.assign(_scatter_nd(ctx, kind, v.value, ctx.inputs[1], ctx.inputs[2], v.value.shape))
     return []

@@ -56,10 +56,6 @@ def _declared(ctx, v: Variable, attr: str = "dtype"):
                           f"{v.value.dtype}")
 
 
-def _assign(v: Variable, value: Instr) -> None:
-    v.assign(value)
-
-
 def _value_like(ctx, v: Variable, x: Instr) -> Instr:
     """``x`` (the same dtype as the variable) broadcast to the variable's shape."""
     if x.dtype is not v.value.dtype:
@@ -83,7 +79,7 @@ def _assign_op(ctx):
     _declared(ctx, v)
     if x.dtype is not v.value.dtype:
         raise Unsupported(f"AssignVariableOp: a {x.dtype} value for a {v.value.dtype} variable")
-    _assign(v, x)
+    v.assign(x)
     return []
 
 
@@ -94,7 +90,7 @@ def _arith(op):
         if ctx.inputs[1].shape != v.value.shape:
             raise Unsupported(f"{ctx.node.op}: value shape {list(ctx.inputs[1].shape)} does not "
                               f"match the variable's {list(v.value.shape)}")
-        _assign(v, ctx.m.elementwise(op, v.value, _value_like(ctx, v, ctx.inputs[1])))
+        v.assign(ctx.m.elementwise(op, v.value, _value_like(ctx, v, ctx.inputs[1])))
         return []
     return rule
 
@@ -133,7 +129,7 @@ def _sgd(ctx):
     """var -= alpha * delta"""
     v = _var(ctx)
     alpha, delta = _scalar(ctx, v, 1), _value_like(ctx, v, ctx.inputs[2])
-    _assign(v, _ew(ctx, Op.SUB, v.value, _ew(ctx, Op.MUL, alpha, delta)))
+    v.assign(_ew(ctx, Op.SUB, v.value, _ew(ctx, Op.MUL, alpha, delta)))
     return []
 
 
@@ -144,13 +140,13 @@ def _momentum(ctx):
     v, a = _var(ctx, 0), _var(ctx, 1)
     lr, grad, mom = _scalar(ctx, v, 2), _value_like(ctx, v, ctx.inputs[3]), _scalar(ctx, v, 4)
     accum = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, a.value, mom), grad)
-    _assign(a, accum)
+    a.assign(accum)
     if ctx.attr("use_nesterov"):
         step = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, grad, lr),
                    _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, accum, mom), lr))
     else:
         step = _ew(ctx, Op.MUL, lr, accum)
-    _assign(v, _ew(ctx, Op.SUB, v.value, step))
+    v.assign(_ew(ctx, Op.SUB, v.value, step))
     return []
 
 
@@ -162,10 +158,10 @@ def _keras_momentum(ctx):
     lr, grad, mom = _scalar(ctx, v, 2), _value_like(ctx, v, ctx.inputs[3]), _scalar(ctx, v, 4)
     lr_grad = _ew(ctx, Op.MUL, lr, grad)
     accum = _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, a.value, mom), lr_grad)
-    _assign(a, accum)
+    a.assign(accum)
     step = _ew(ctx, Op.SUB, _ew(ctx, Op.MUL, accum, mom), lr_grad) if ctx.attr("use_nesterov") \
         else accum
-    _assign(v, _ew(ctx, Op.ADD, v.value, step))
+    v.assign(_ew(ctx, Op.ADD, v.value, step))
     return []
 
 
@@ -184,19 +180,19 @@ def _adam(ctx):
                _ew(ctx, Op.SUB, one, b1p))
     new_m = _moved(ctx, m.value, grad, _ew(ctx, Op.SUB, one, b1))
     new_v = _moved(ctx, vv.value, _ew(ctx, Op.MUL, grad, grad), _ew(ctx, Op.SUB, one, b2))
-    _assign(m, new_m)
-    _assign(vv, new_v)
+    m.assign(new_m)
+    vv.assign(new_v)
     if amsgrad:
         vhat = _var(ctx, 3)
         new_v = _ew(ctx, Op.MAX, vhat.value, new_v)
-        _assign(vhat, new_v)
+        vhat.assign(new_v)
     denom = _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, new_v), eps)
     if ctx.attr("use_nesterov"):
         num = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, new_m, b1),
                   _ew(ctx, Op.MUL, _ew(ctx, Op.SUB, one, b1), grad))
     else:
         num = new_m
-    _assign(var, _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr_t, num), denom)))
+    var.assign(_ew(ctx, Op.SUB, var.value, _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, lr_t, num), denom)))
     return []
 
 
@@ -215,14 +211,14 @@ def _rmsprop(ctx):
     denom = new_ms
     if centered:
         new_mg = _moved(ctx, mg.value, grad, keep)
-        _assign(mg, new_mg)
+        mg.assign(new_mg)
         denom = _ew(ctx, Op.SUB, new_ms, _ew(ctx, Op.MUL, new_mg, new_mg))
     new_mom = _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, mom.value, momentum),
                   _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, grad, lr),
                       _ew(ctx, Op.SQRT, _ew(ctx, Op.ADD, denom, eps))))
-    _assign(ms, new_ms)
-    _assign(mom, new_mom)
-    _assign(var, _ew(ctx, Op.SUB, var.value, new_mom))
+    ms.assign(new_ms)
+    mom.assign(new_mom)
+    var.assign(_ew(ctx, Op.SUB, var.value, new_mom))
     return []
 
 
@@ -240,13 +236,13 @@ def _adagrad(ctx):
     accum = acc.value
     if ctx.attr("update_slots", True):
         accum = _ew(ctx, Op.ADD, accum, _ew(ctx, Op.MUL, grad, grad))
-        _assign(acc, accum)
+        acc.assign(accum)
     step = _ew(ctx, Op.MUL, grad, lr)
     if v2:
         step = _ew(ctx, Op.DIV, step, _ew(ctx, Op.ADD, _ew(ctx, Op.SQRT, accum), _scalar(ctx, var, 3)))
     else:
         step = _ew(ctx, Op.MUL, step, _ew(ctx, Op.RSQRT, accum))
-    _assign(var, _ew(ctx, Op.SUB, var.value, step))
+    var.assign(_ew(ctx, Op.SUB, var.value, step))
     return []
 
 
@@ -263,9 +259,9 @@ def _adadelta(ctx):
                 _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, grad, grad), keep))
     update = _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, _ew(ctx, Op.SQRT, _ew(ctx, Op.ADD, acc_up.value, eps)),
                                   _ew(ctx, Op.RSQRT, _ew(ctx, Op.ADD, accum, eps))), grad)
-    _assign(acc, accum)
-    _assign(var, _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.MUL, update, lr)))
-    _assign(acc_up, _ew(ctx, Op.ADD, _ew(ctx, Op.MUL, acc_up.value, rho),
+    acc.assign(accum)
+    var.assign(_ew(ctx, Op.SUB, var.value, _ew(ctx, Op.MUL, update, lr)))
+    acc_up.assign(_ew(ctx, Op.ADD, _ew(ctx, Op.MUL, acc_up.value, rho),
                         _ew(ctx, Op.MUL, _ew(ctx, Op.MUL, update, update), keep)))
     return []
 
@@ -280,11 +276,11 @@ def _adamax(ctx):
     one = _one(ctx, var)
     new_m = _moved(ctx, m.value, grad, _ew(ctx, Op.SUB, one, b1))
     new_v = _ew(ctx, Op.MAX, _ew(ctx, Op.MUL, b2, v.value), _ew(ctx, Op.ABS, grad))
-    _assign(m, new_m)
-    _assign(v, new_v)
+    m.assign(new_m)
+    v.assign(new_v)
     rate = _ew(ctx, Op.DIV, lr, _ew(ctx, Op.SUB, one, b1p))
     step = _ew(ctx, Op.MUL, rate, _ew(ctx, Op.DIV, new_m, _ew(ctx, Op.ADD, new_v, eps)))
-    _assign(var, _ew(ctx, Op.SUB, var.value, step))
+    var.assign(_ew(ctx, Op.SUB, var.value, step))
     return []
 
 
@@ -331,9 +327,9 @@ def _ftrl(ctx):
     zero = broadcast_to(ctx.m, ctx.m.scalar(0, var.value.dtype), var.value.shape)
     new_var = _ew(ctx, Op.SELECT, _ew(ctx, Op.GT, _ew(ctx, Op.ABS, linear), l1_t),
                   _ew(ctx, Op.DIV, x, y), zero)
-    _assign(lin, linear)
-    _assign(var, new_var)
-    _assign(acc, new_accum)
+    lin.assign(linear)
+    var.assign(new_var)
+    acc.assign(new_accum)
     return []
 
 
@@ -348,9 +344,9 @@ def _proximal(ctx, var: Variable, prox: Instr, rate: Instr, l1: Instr, l2: Instr
         zero = broadcast_to(ctx.m, ctx.m.scalar(0, var.value.dtype), var.value.shape)
         shrunk = _ew(ctx, Op.MAX, _ew(ctx, Op.SUB, _ew(ctx, Op.ABS, prox), _ew(ctx, Op.MUL, rate, l1)),
                      zero)
-        _assign(var, _ew(ctx, Op.DIV, _ew(ctx, Op.MUL, _ew(ctx, Op.SIGN, prox), shrunk), denom))
+        var.assign(_ew(ctx, Op.DIV, _ew(ctx, Op.MUL, _ew(ctx, Op.SIGN, prox), shrunk), denom))
     else:
-        _assign(var, _ew(ctx, Op.DIV, prox, denom))
+        var.assign(_ew(ctx, Op.DIV, prox, denom))
 
 
 @register("ResourceApplyProximalGradientDescent", dtypes=_OPTIMIZER_DTYPES)
@@ -371,7 +367,7 @@ def _proximal_adagrad(ctx):
     lr, l1, l2 = (_scalar(ctx, var, i) for i in range(2, 5))
     grad = _value_like(ctx, var, ctx.inputs[5])
     accum = _ew(ctx, Op.ADD, acc.value, _ew(ctx, Op.MUL, grad, grad))
-    _assign(acc, accum)
+    acc.assign(accum)
     rate = _ew(ctx, Op.MUL, lr, _ew(ctx, Op.RSQRT, accum))
     prox = _ew(ctx, Op.SUB, var.value, _ew(ctx, Op.MUL, grad, rate))
     _proximal(ctx, var, prox, rate, l1, l2)
