@@ -40,7 +40,7 @@ from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, concurrency, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
 from tfjit.passes.epilogue import FoldConvolutionBias
-from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor
+from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor, RepeatsAsBroadcasts
 from tfjit.passes.collapse import CollapseDims
 from tfjit.passes.copies import CopyPerReader
 from tfjit.passes.reductions import TwoStageReductions
@@ -198,7 +198,7 @@ class _OnModule:
         verify.module(o.module, self.name)
 
 
-PASSES = [CSE(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), FoldConvolutionBias(),
+PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), FoldConvolutionBias(),
           TwoStageReductions(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs

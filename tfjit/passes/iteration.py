@@ -62,12 +62,14 @@ def symbolic_reads(f: Fusion) -> dict:
             stack.append((x, row_names(f.outer) + tuple(f"r{k}" for k in range(x.rank - f.outer))))
         else:       # (a column kernel's elementwise roots: at the point its loops visit)
             stack.append((root, f.elementwise_at or row_names(root.rank)))
-    inside, out, seen = set(f.instrs), {}, set()
+    inside, out, seen, sizes = set(f.instrs), {}, set(), {}
     while stack:
         i, idx = stack.pop()
         if (i, idx) in seen:
             continue
         seen.add((i, idx))
+        if idx != "opaque":     # each name's range: the size of a dim it indexes
+            sizes.update((c, n) for c, n in zip(idx, i.shape) if isinstance(c, str))
         if _buffer(i, inside) or (i.op is Op.RESHAPE and _buffer(i.operands[0], inside)
                                   and split_owners(i.operands[0].shape, i.shape) is None):
             # (a reshape that merges a buffer's dims, passes/collapse.py's: its own index
@@ -77,7 +79,7 @@ def symbolic_reads(f: Fusion) -> dict:
         for k, o in enumerate(i.operands):
             mapped = operand_index(i, k, idx) if idx != "opaque" and i.op.kind is not Kind.REDUCE else None
             if mapped is None and idx != "opaque" and i.op is Op.RESHAPE:
-                mapped = _split_index(o, i, idx)
+                mapped = _reshape_index(o, i, idx, sizes)
             stack.append((o, mapped if mapped is not None else "opaque"))
     return out
 
@@ -86,16 +88,45 @@ def _buffer(i: Instr, inside: set) -> bool:
     return i.op is Op.PARAMETER or (i not in inside and not is_cheap(i))
 
 
-def _split_index(x: Instr, y: Instr, idx: tuple) -> tuple | None:
-    """x's symbolic index for index ``idx`` of y = reshape(x) where the reshape only
-    splits x's dims: a split dim's index is the tuple of its parts' names (row-major,
-    the last innermost), as group normalisation's [B, H, W, G, C/G] view of its
-    operand reads channel G * (C/G) + c.  None for any other reshape."""
-    owners = split_owners(x.shape, y.shape)
-    if owners is None or not all(isinstance(n, str) for n, k in zip(idx, owners) if k is not None):
-        return None
-    parts = [tuple(n for n, k in zip(idx, owners) if k == d) for d in range(x.rank)]
-    return tuple(ZERO if not p else p[0] if len(p) == 1 else p for p in parts)
+def _reshape_index(x: Instr, y: Instr, idx: tuple, sizes: dict) -> tuple | None:
+    """x's symbolic index for index ``idx`` of y = reshape(x), in mixed radix: y's index
+    as a row-major run of named digits (``sizes``: each name's range; a split dim's
+    component is the tuple of its parts, the last innermost) regrouped into x's dims.  A
+    digit that straddles two x dims is split in two named digits, ``n>b`` (n // b) and
+    ``n%b`` (n % b).  Group normalisation's [B, H, W, G, C/G] view of its operand reads
+    channel (g, c); the gradient of a nearest 2x upsampling, [N, 96, 48, 2, C] of a
+    [N, 24, 4, 24, 4, C] repeat, reads the repeat at (n, (h>4, h%4), (w>2, (w%2, r)), c).
+    None where sizes do not divide (a [2, 3] read as [3, 2]) or a digit is not named."""
+    digits = []
+    for c, n in zip(idx, y.shape):
+        parts = c if isinstance(c, tuple) else (c,)
+        if n == 1:
+            continue
+        if not all(isinstance(p, str) and p in sizes for p in parts) \
+                or math.prod(sizes[p] for p in parts) != n:
+            return None
+        digits += [[p, sizes[p]] for p in parts if sizes[p] > 1]
+    out = []
+    for n in x.shape:
+        got = []
+        while n > 1 and digits:
+            name, size = digits[0]
+            if n % size == 0:           # the whole digit
+                got.append(name)
+                digits.pop(0)
+                n //= size
+            elif size % n == 0:         # its high part here, its low part next
+                low = size // n
+                got.append(f"{name}>{low}")
+                digits[0] = [f"{name}%{low}", low]
+                sizes[got[-1]], sizes[digits[0][0]] = n, low
+                n = 1
+            else:
+                return None
+        if n > 1:
+            return None
+        out.append(ZERO if not got else got[0] if len(got) == 1 else tuple(got))
+    return None if digits else tuple(out)
 
 
 def _contiguous_along_output(f: Fusion, idxs: list) -> bool:
@@ -103,11 +134,18 @@ def _contiguous_along_output(f: Fusion, idxs: list) -> bool:
     at an index that does not move with it (a per-row statistic broadcast over the
     outputs: layernorm's rsqrt in its scale's gradient), not all of them the latter?"""
     last = f"d{f.outer - 1}"
-    invariant = [idx != "opaque" and len(idx) > 0 and not any(
-        c == last or isinstance(c, tuple) and last in c for c in idx) for idx in idxs]
+    invariant = [idx != "opaque" and len(idx) > 0 and not any(_moves_with(c, last) for c in idx)
+                 for idx in idxs]
     return bool(idxs) and not all(invariant) and all(
         idx != "opaque" and (len(idx) == 0 or _innermost(idx[-1]) == last) or still
         for idx, still in zip(idxs, invariant))
+
+
+def _moves_with(c, name: str) -> bool:
+    """Does index component c (a name, or a tuple of parts) change with ``name``: is
+    it, or one of its parts, that name or a digit of it (``_reshape_index``)?"""
+    return any(p == name or isinstance(p, str) and p.startswith((name + ">", name + "%"))
+               for p in (c if isinstance(c, tuple) else (c,)))
 
 
 def _innermost(c):

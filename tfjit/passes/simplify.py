@@ -1,5 +1,5 @@
 """Simplification passes: common-subexpression elimination, dead-code removal, Mish's
-factor as one exp, and reductions over several dims of a buffer read as one dim.
+factor as one exp, concatenated copies as broadcasts, and reductions over several dims of a buffer read as one dim.
 
 Constant folding happens while lowering (``Module.folder``), because lowering
 needs folded values (a Reshape's shape computed from Shape/Pack ops).  Each
@@ -65,6 +65,27 @@ class CSE:
                 seen[key] = i
         m.outputs = [replace.get(o, o) for o in m.outputs]
         return bool(replace)
+
+
+class RepeatsAsBroadcasts:
+    """A concatenation of copies of one value along a dim it has once is a broadcast
+    along that dim.  Strided pools' gradients interleave their window phases this way
+    (lower/pooling.py ``scatter_windows``: a non-overlapping average pool's phases are
+    one value once CSE has run), and a broadcast is an index map the kernels' read
+    analysis follows (passes/iteration.py) where a concatenation picks an operand per
+    element: the sum over a 2x2 nearest upsampling of an AvgPool gradient read its
+    concatenations as rows of 2 (4.6 ms on [32, 96, 96, 16], graph 3.6)."""
+    name = "repeats-as-broadcasts"
+
+    def run(self, m: Module) -> bool:
+        changed = False
+        for c in m.computations() + [m]:
+            for i in c.instrs:
+                if i.op is Op.CONCAT and len(set(i.operands)) == 1 \
+                        and i.operands[0].shape[i.attrs["dim"]] == 1:
+                    i.op, i.attrs = Op.BROADCAST, {"dims": tuple(range(i.rank))}
+                    changed = True
+        return changed
 
 
 class DCE:
