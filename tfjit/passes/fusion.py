@@ -84,7 +84,7 @@ class _Builder:
         self.order = {i: n for n, i in enumerate(m.instrs)}
         self.owner: dict = {}
         self.sym: dict = {}           # instr -> set of symbolic indices it is read at
-        self.maps: dict = {}          # instr -> index maps it is read at (passes/windows.py)
+        self.maps: dict = {}          # instr -> {index map: share of points} (passes/windows.py)
         self.fusions: list = []
 
     def start(self, root: Instr, why: str) -> Fusion:
@@ -103,7 +103,7 @@ class _Builder:
         self.owner[root] = f
         idx = row_names(root.rank)
         self.sym[root] = {idx}
-        self.maps[root] = {0}
+        self.maps[root] = {0: 1.0}
         self._propagate(root, f)
         return f
 
@@ -165,7 +165,7 @@ class _Builder:
         f.roots.append(i)
         f.notes.append(f"{i!r} is also a root of {f.name}: {why}")
         self.sym[i] = {row_names(i.rank)}
-        self.maps[i] = {0}
+        self.maps[i] = {0: 1.0}
         self.join(i, f)
 
     def hoistable(self, i: Instr, f: Fusion) -> str | None:
@@ -271,7 +271,7 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
             continue
         (f,) = owners
         if i.op.kind is Kind.ELEMENTWISE and f.kind in ("loop", "reduce"):
-            why = windows.duplicated_window(i, b.maps.get(i, {0}), f.shape, b.order)
+            why = windows.duplicated_window(i, b.maps.get(i, {0: 1.0}), f.shape, b.order)
             if why:
                 b.start(i, why)
                 continue

@@ -18,7 +18,9 @@ whose consumer reuses operand elements); here the measure is the count itself:
   any other op (slice, pad, concat, gather, ...) makes a new map per operand, so two
   taps of a pool are two maps and ``x * x`` or ``x - mean(x)`` one;
 * a producer gets a kernel of its own when the kernel would evaluate it at least
-  ``DUPLICATION_MIN`` times per element (maps x kernel points / its elements) and it
+  ``DUPLICATION_MIN`` times per element (the sum over its maps of the points each
+  reads it at / its elements: a concatenation reads each operand over its range
+  only) and it
   reads some value below it at ``WINDOW_MIN_TAPS`` or more maps itself (a window).
 
 The maps are hashes of (map of the user, user, operand position): different ops give
@@ -45,21 +47,34 @@ _LOOKAHEAD = 512          # values examined below a producer (compile time stays
 _SAME_TAP = frozenset({Op.RESHAPE, Op.TRANSPOSE, Op.BROADCAST, Op.CONVERT})
 
 
-def operand_maps(i: Instr, maps: set) -> list:
-    """Per operand of ``i``, the maps it is read at when ``i`` is read at ``maps``."""
+def _share(i: Instr, k: int) -> float:
+    """The fraction of ``i``'s points at which it reads operand k: a concatenation
+    reads each operand over its own range (a strided pool's gradient interleaves its
+    window phases so, each read at a quarter of the points), anything else its
+    operands at every point (a pad too: the taps that read it are its slices, which
+    lie mostly inside the operand)."""
+    if i.op is Op.CONCAT:
+        return i.operands[k].shape[i.attrs["dim"]] / max(i.shape[i.attrs["dim"]], 1)
+    return 1.0
+
+
+def operand_maps(i: Instr, maps: dict) -> list:
+    """Per operand of ``i``, the maps it is read at when ``i`` is read at ``maps``
+    ({map: the fraction of the kernel's points at which it is read})."""
     if i.op.kind is Kind.ELEMENTWISE or i.op in _SAME_TAP:
         return [maps] * len(i.operands)
-    return [{hash((m, id(i), k)) for m in maps} for k in range(len(i.operands))]
+    return [{hash((m, id(i), k)): share * _share(i, k) for m, share in maps.items()}
+            for k in range(len(i.operands))]
 
 
 def add_maps(table: dict, i: Instr) -> None:
     """Records in ``table`` the maps at which ``i``'s operands are read, from ``i``'s."""
-    for o, maps in zip(i.operands, operand_maps(i, table.get(i, {0}))):
-        have = table.setdefault(o, set())
-        for m in maps:
+    for o, maps in zip(i.operands, operand_maps(i, table.get(i, {0: 1.0}))):
+        have = table.setdefault(o, {})
+        for m, share in maps.items():
             if len(have) >= MAX_MAPS:
                 break
-            have.add(m)
+            have[m] = max(have.get(m, 0.0), share)
 
 
 def _stops(i: Instr) -> bool:
@@ -78,17 +93,17 @@ def window_taps(i: Instr, order: dict) -> int:
         below.add(v)
         if not _stops(v):
             stack.extend(v.operands)
-    table = {i: {0}}
+    table = {i: {0: 1.0}}
     for v in sorted(below, key=lambda v: -order.get(v, -1)):   # users before operands
         if not _stops(v) and v in table:
             add_maps(table, v)
     return max(len(m) for m in table.values())
 
 
-def duplicated_window(i: Instr, maps: set, kernel_shape: tuple, order: dict) -> str | None:
+def duplicated_window(i: Instr, maps: dict, kernel_shape: tuple, order: dict) -> str | None:
     """Why window ``i``, read at ``maps`` in a kernel over ``kernel_shape``, gets a
     kernel of its own; None where fusing it costs little."""
-    evaluations = len(maps) * math.prod(kernel_shape) / max(i.size, 1)
+    evaluations = sum(maps.values()) * math.prod(kernel_shape) / max(i.size, 1)
     if evaluations < DUPLICATION_MIN:
         return None
     taps = window_taps(i, order)
