@@ -67,3 +67,23 @@ def test_align_corners_with_half_pixel_centers_is_tfs_error():
     fn = lambda x: R.ResizeBilinear(images=x, size=[5, 5], align_corners=True, half_pixel_centers=True)  # noqa: E731
     with pytest.raises(tf.errors.InvalidArgumentError, match="align_corners must be False"):
         tfjit.function(fn)(x)
+
+
+@pytest.mark.parametrize("op", ["ResizeNearestNeighbor", "ResizeBilinear"])
+@pytest.mark.parametrize("sizes,scatter", [
+    (((6, 5), (12, 10)), False),      # 2x: 2 (nearest) or 4 (bilinear) terms per source row
+    (((1, 7), (3, 13)), False),       # one source row, a prime width
+    (((5, 6), (15, 24)), False),      # 3x and 4x
+    (((2, 3), (80, 6)), True)])       # 40-80 terms per source row: the scatter
+def test_resize_gradients_sum_constant_gathers(op, sizes, scatter, rng):
+    """A resize's gradient sums each source row's contributions as constant gathers
+    (lower/image.py ``_sum_into``) in one loop kernel; past 32 terms per source row, as
+    one IR scatter.  Values against TF's kernels."""
+    (h, w), out = sizes
+    x = tf.constant(rng.standard_normal((2, h, w, 17)), tf.float32)
+    step = _step(op, list(out), False, True)
+    f = tfjit.function(step, jit_compile=True)
+    got, want = f(x), tf.function(step)(x)
+    assert_matches(got[1].numpy(), want[1].numpy(), rtol=1e-5, atol=1e-5)
+    kinds = {fu.kind for fu in f.compiled(x).fusions}
+    assert ("scatter" in kinds) == scatter, kinds

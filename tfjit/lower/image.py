@@ -6,7 +6,8 @@ they are computed here, in float32 as TF's kernels compute them (resize scale,
 ``align_corners``, ``half_pixel_centers``), and the resize is gathers of rows and
 columns with constant indices (plus, for bilinear, the lerps with constant
 weights, in TF's order).  A gradient is the transpose: each axis's contributions
-summed into their source rows by an IR scatter (in output order), rows then columns.
+summed into their source rows in output order (constant gathers, ``_sum_into``), rows
+then columns.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.lower.registry import FLOATS, NUMERIC, Unsupported, register
+
+SUM_TERMS_MAX = 32      # a gradient's terms per source row summed as gathers (_sum_into)
 
 
 def _scale(in_size: int, out_size: int, align: bool) -> np.float32:
@@ -69,8 +72,44 @@ def _weights(m: Module, w: np.ndarray, shape: tuple, axis: int) -> Instr:
     return m.broadcast(m.constant(w, dt.F32), shape, (axis,))
 
 
-def _sum_into(m: Module, x: Instr, axis: int, ids: np.ndarray, size: int) -> Instr:
-    """out[..., i, ...] = sum of x[..., k, ...] over k with ids[k] == i (k ascending)."""
+def _sum_into(m: Module, parts: list, axis: int, size: int) -> Instr:
+    """out[..., i, ...] = 0 + the x[..., k, ...] with ids[k] == i, for each (x, ids) of
+    ``parts`` in turn, k ascending.
+
+    The ids are constants, so the k's each i receives are known here: term j of every
+    i is one gather of x with constant indices (masked to 0 where i has fewer than
+    j + 1 terms), and the sum a loop kernel over the result, vectorised along the
+    channels.  An IR scatter (a row per k, added in order) spent 13.7 ms on each
+    axis of a [16, 112, 112, 64] nearest 2x upsampling's gradient, where TF's kernel
+    takes 5 for both.  Past ``SUM_TERMS_MAX`` terms per i (a large downscale's
+    gradient) the scatter stays: the gathers' code grows with the terms."""
+    terms = []
+    for x, ids in parts:
+        order = np.argsort(ids, kind="stable")          # each i's k's, ascending
+        counts = np.bincount(ids, minlength=size)
+        starts = np.cumsum(counts) - counts
+        terms += [(x, order[np.minimum(starts + j, len(ids) - 1)], counts > j)
+                  for j in range(int(counts.max(initial=0)))]
+    if len(terms) > SUM_TERMS_MAX:
+        return _scatter_into(m, parts, axis, size)
+    x0 = parts[0][0]
+    shape = x0.shape[:axis] + (size,) + x0.shape[axis + 1:]
+    zero = m.broadcast(m.scalar(0, x0.dtype), shape, ())
+    total = zero
+    for x, src, has in terms:
+        term = _gather(m, x, axis, src)
+        if not has.all():
+            term = m.elementwise(Op.SELECT, m.broadcast(m.constant(has, dt.PRED), shape, (axis,)),
+                                 term, zero)
+        total = m.elementwise(Op.ADD, total, term)
+    return total
+
+
+
+def _scatter_into(m: Module, parts: list, axis: int, size: int) -> Instr:
+    """``_sum_into`` as one IR scatter of the parts side by side along ``axis``."""
+    x = parts[0][0] if len(parts) == 1 else m.concat([p for p, _ in parts], axis)
+    ids = np.concatenate([i for _, i in parts])
     perm = (axis,) + tuple(d for d in range(x.rank) if d != axis)
     moved = m.transpose(x, perm)
     rest = moved.shape[1:]
@@ -94,8 +133,8 @@ def _resize_nearest_grad(ctx):
     m, g = ctx.m, ctx.inputs[0]
     (h, w), align, half = _attrs(ctx, g.rank)
     _, oh, ow, _ = g.shape
-    rows = _sum_into(m, g, 1, nearest_map(h, oh, align, half), h)
-    return _sum_into(m, rows, 2, nearest_map(w, ow, align, half), w)
+    rows = _sum_into(m, [(g, nearest_map(h, oh, align, half))], 1, h)
+    return _sum_into(m, [(rows, nearest_map(w, ow, align, half))], 2, w)
 
 
 @register("ResizeBilinear", dtypes=NUMERIC, const_inputs=(1,))   # (its output is f32 whatever)
@@ -138,7 +177,6 @@ def _resize_bilinear_grad(ctx):
         lo, hi, t = bilinear_map(in_size, out_size, align, half)
         low = m.elementwise(Op.MUL, x, _weights(m, np.float32(1) - t, x.shape, axis))
         high = m.elementwise(Op.MUL, x, _weights(m, t, x.shape, axis))
-        both = m.concat([low, high], axis)
-        return _sum_into(m, both, axis, np.concatenate([lo, hi]), in_size)
+        return _sum_into(m, [(low, lo), (high, hi)], axis, in_size)
     dx = spread(spread(g, 1, h, oh), 2, w, ow)
     return dx if image.dtype is dt.F32 else m.convert(dx, image.dtype)
