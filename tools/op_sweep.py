@@ -8,7 +8,9 @@ The other sweeps (reduce_sweep, matmul_sweep, layout_sweep) cover a class each; 
 one is for what falls between them, the way users meet a compiler: broadcasts along
 middle and outer dims, statistics of a whole tensor feeding every element (a clip by
 global norm, a normalisation), softmax over a non-last axis, scans, one_hot, top_k,
-pooling, resizing, depthwise convolution, segment sums and scatters.  A row that is far
+pooling, resizing, depthwise convolution, the gradients of ops that move data
+(upsampling, tiling, space-to-depth, pooling, strided slices), segment sums and
+scatters.  A row that is far
 behind a peer here is a missing kernel shape or a fusion decision to revisit
 (docs/performance.md lists what each found).  Medians, nothing asserted.
 """
@@ -39,9 +41,22 @@ def _softmax_grad(x, g, axis):
     return tape.gradient(y, x, output_gradients=g)
 
 
+def _grad(forward):
+    """The gradient of ``forward`` at x, for the output gradient g: what a train step
+    runs for a layer that moves data (upsampling, tiling, space-to-depth, pooling)."""
+    def f(x, g):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = forward(x)
+        return tape.gradient(y, x, output_gradients=g)
+    return f
+
+
 def _ints(high, shape):
     return lambda: _RNG.integers(0, high, shape).astype(np.int32)
 
+
+_GATHER_ROWS = tf.constant(_RNG.integers(0, 8192, 4096).astype(np.int32))
 
 # (class, description, function, operand makers)
 ROWS = [
@@ -85,6 +100,35 @@ ROWS = [
     ("window", "depthwise 3x3 [8,56,56,128]",
      lambda x, w: tf.nn.depthwise_conv2d(x, w, [1, 1, 1, 1], "SAME"),
      [_f32(8, 56, 56, 128), _f32(3, 3, 128, 1)]),
+    ("gradient", "of nearest upsampling x2 [16,56,56,64]",
+     _grad(lambda x: tf.repeat(tf.repeat(x, 2, axis=1), 2, axis=2)),
+     [_f32(16, 56, 56, 64), _f32(16, 112, 112, 64)]),
+    ("gradient", "of nearest upsampling x2, then avg_pool 4x4 [16,56,56,64]",
+     _grad(lambda x: tf.nn.avg_pool2d(tf.repeat(tf.repeat(x, 2, axis=1), 2, axis=2), 4, 4, "VALID")),
+     [_f32(16, 56, 56, 64), _f32(16, 28, 28, 64)]),
+    ("gradient", "of resize nearest x2 [16,56,56,64]",
+     _grad(lambda x: tf.image.resize(x, [112, 112], method="nearest")),
+     [_f32(16, 56, 56, 64), _f32(16, 112, 112, 64)]),
+    ("gradient", "of resize bilinear x2 [8,64,64,32]", _grad(lambda x: tf.image.resize(x, [128, 128])),
+     [_f32(8, 64, 64, 32), _f32(8, 128, 128, 32)]),
+    ("gradient", "of tile [1,4,1] of [64,256,128]", _grad(lambda x: tf.tile(x, [1, 4, 1])),
+     [_f32(64, 256, 128), _f32(64, 1024, 128)]),
+    ("gradient", "of broadcast_to [64,16,1024] of [64,1,1024]",
+     _grad(lambda x: tf.broadcast_to(x, [64, 16, 1024])), [_f32(64, 1, 1024), _f32(64, 16, 1024)]),
+    ("gradient", "of depth_to_space 2 [16,56,56,256]", _grad(lambda x: tf.nn.depth_to_space(x, 2)),
+     [_f32(16, 56, 56, 256), _f32(16, 112, 112, 64)]),
+    ("gradient", "of space_to_depth 2 [16,112,112,64]", _grad(lambda x: tf.nn.space_to_depth(x, 2)),
+     [_f32(16, 112, 112, 64), _f32(16, 56, 56, 256)]),
+    ("gradient", "of avg_pool 2x2 [16,56,56,64]", _grad(lambda x: tf.nn.avg_pool2d(x, 2, 2, "VALID")),
+     [_f32(16, 56, 56, 64), _f32(16, 28, 28, 64)]),
+    ("gradient", "of max_pool 3x3 stride 2 [16,56,56,64]",
+     _grad(lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME")), [_f32(16, 56, 56, 64), _f32(16, 28, 28, 64)]),
+    ("gradient", "of x[:, ::2, ::2] [16,112,112,64]", _grad(lambda x: x[:, ::2, ::2]),
+     [_f32(16, 112, 112, 64), _f32(16, 56, 56, 64)]),
+    ("gradient", "of pad 3 [16,56,56,64]", _grad(lambda x: tf.pad(x, [[0, 0], [3, 3], [3, 3], [0, 0]])),
+     [_f32(16, 56, 56, 64), _f32(16, 62, 62, 64)]),
+    ("gradient", "of gather 4096 rows of [8192,256]", _grad(lambda x: tf.gather(x, _GATHER_ROWS)),
+     [_f32(8192, 256), _f32(4096, 256)]),
     ("scatter", "unsorted_segment_sum 65536 x 64 -> 1024",
      lambda x, i: tf.math.unsorted_segment_sum(x, i, 1024), [_f32(65536, 64), _ints(1024, (65536,))]),
     ("scatter", "scatter_nd 16384 rows of 256 -> 4096", lambda i, u: tf.scatter_nd(i, u, [4096, 256]),
@@ -96,7 +140,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--only", nargs="*", help="classes: broadcast, statistic, scan, select, "
-                                              "window, scatter")
+                                              "window, gradient, scatter")
     args = ap.parse_args(argv)
     print(f"machine: {os.cpu_count()} cores; TF {tf.__version__}; medians of {args.runs} rounds")
     print("| class | op | TF graph ms | TF XLA ms | tfjit ms | vs graph | vs XLA |")
@@ -107,7 +151,7 @@ def main(argv=None) -> int:
             continue
         xs = [tf.constant(make()) for make in makers]
         med = peer_medians(fn, xs, args.runs)
-        worst.append((min(med["graph"], med["xla"]) / med["tfjit"], cls, what))
+        worst.append((np.nanmin([med["graph"], med["xla"]]) / med["tfjit"], cls, what))
         print(f"| {cls} | {what} | {med['graph']:.3f} | {med['xla']:.3f} | {med['tfjit']:.3f} | "
               f"{med['graph'] / med['tfjit']:.2f}x | {med['xla'] / med['tfjit']:.2f}x |", flush=True)
     print_slowest(worst, "the faster peer")
