@@ -25,6 +25,7 @@ from oracle import assert_matches
 from tfjit.ir.indexing import ZERO
 from tfjit.ir.ops import Op
 from tfjit.ir.parse import parse_module
+from tfjit.ir.text import module_str
 from tfjit.passes import fusion
 from tfjit.passes.iteration import _reshape_index
 from tfjit.passes.simplify import RepeatsAsBroadcasts
@@ -40,6 +41,8 @@ def test_concatenated_copies_along_a_unit_dim_are_a_broadcast():
 """
     before, after, changed = run_pass(RepeatsAsBroadcasts(), text)
     assert changed and not any(i.op is Op.CONCAT for i in after.instrs)
+    assert all(len(i.operands) == 1 for i in after.instrs if i.op is Op.BROADCAST)
+    parse_module(module_str(after))             # (the dump's text reads back)
     same_values(before, after, exact=True)
 
 

@@ -7,8 +7,9 @@ as a numeric mismatch three stages later.  Builders (``ir/module.py``) already
 check each instruction's shapes and types as it is added; this checks what a
 pass can break afterwards by rewiring operands or dropping instructions:
 
-* module: parameters numbered in order and listed; each instruction once; every
-  operand defined earlier in the same computation (topological, no reads of a
+* module: parameters numbered in order and listed; each instruction once, with
+  as many operands as its op takes (a rewrite that changes an op in place keeps its
+  old operands otherwise, and the dump no longer parses); every operand defined earlier in the same computation (topological, no reads of a
   caller's values); outputs defined; elementwise operands of the result's shape;
   constants holding a value of their shape; while/conditional calls whose
   computations take as many parameters as they are handed;
@@ -65,6 +66,9 @@ def _computation(c: Module, after: str) -> None:
 
 
 def _instr(c: Module, i, after: str) -> None:
+    if i.op.arity >= 0 and len(i.operands) != i.op.arity:
+        _fail(after, c, f"{i.name} ({i.op.spelling}) has {len(i.operands)} operands, not "
+              f"{i.op.arity}")
     if i.op is Op.CONSTANT and (i.value is None or tuple(i.value.shape) != tuple(i.shape)):
         _fail(after, c, f"constant {i.name} holds no value of shape {list(i.shape)}")
     if i.op.kind is Kind.ELEMENTWISE:

@@ -84,6 +84,7 @@ class RepeatsAsBroadcasts:
                 if i.op is Op.CONCAT and len(set(i.operands)) == 1 \
                         and i.operands[0].shape[i.attrs["dim"]] == 1:
                     i.op, i.attrs = Op.BROADCAST, {"dims": tuple(range(i.rank))}
+                    i.operands = i.operands[:1]
                     changed = True
         return changed
 
