@@ -18,6 +18,9 @@ def _functions(tf):
          [np.ones(4, np.float64)]),
         (lambda x: tf.cast(tf.reshape(x, [2, 3]), tf.float32) * 1.5,
          [np.ones(6, np.float16)]),
+        # a scatter into existing rows: its third operand (the rows it starts from)
+        (lambda x, i: tf.tensor_scatter_nd_add(x, i, tf.ones((3, 4))),
+         [np.zeros((5, 4), np.float32), np.array([[1], [3], [1]], np.int32)]),
     ]
 
 
