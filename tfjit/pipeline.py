@@ -40,6 +40,7 @@ from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, concurrency, fusion
 from tfjit.passes.dots import FoldBatchIntoContraction
 from tfjit.passes.epilogue import FoldConvolutionBias
+from tfjit.passes.sibling_convs import MergeSiblingConvolutions
 from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor, RepeatsAsBroadcasts
 from tfjit.passes.collapse import CollapseDims
 from tfjit.passes.copies import CopyPerReader
@@ -199,7 +200,7 @@ class _OnModule:
 
 
 PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), FoldConvolutionBias(),
-          TwoStageReductions(), DCE(),
+          MergeSiblingConvolutions(), TwoStageReductions(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 
