@@ -136,3 +136,27 @@ def test_a_loop_body_leaves_its_state_alone(rng):
         return acc * 0.5
     got = tfjit.function(f, jit_compile=True)(a, b)
     assert_matches(np.asarray(got), np.asarray(tf.function(f)(a, b)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 5), (1, 1, 7), (3, 17, 2)])
+def test_a_stack_update_reads_a_reshaped_value_in_place(rng, shape):
+    """A TensorArray written in a loop (what Keras's recurrent layers save for their
+    gradient): the update kernel reads the step's value through the reshape, with no
+    copy kernel of its own (passes/fusion.py ``_update_reading_reshape``)."""
+    x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+
+    def f(x):
+        ta = tf.TensorArray(tf.float32, size=5)
+        h = x
+        for t in tf.range(5):
+            h = tf.tanh(h * 0.9 + tf.cast(t, tf.float32))
+            ta = ta.write(t, tf.reshape(h, (-1,)))
+        return ta.stack(), h
+    def notes(fusions):
+        return [n for fu in fusions for n in fu.notes + [m for c in fu.called for m in notes(c)]]
+    text = "\n".join(notes(_compiled(f, x).fusions))
+    assert "is read in place by" in text, text
+    assert "starts a loop kernel: it is an operand of %dynamic" not in text, text
+    got, want = tfjit.function(f, jit_compile=True)(x), tf.function(f)(x)
+    for g, w in zip(got, want):
+        assert_matches(g.numpy(), w.numpy(), rtol=1e-6, atol=1e-6)

@@ -199,6 +199,25 @@ class _Builder:
         return None
 
 
+def _update_reading_reshape(b: _Builder, i: Instr, outputs: set) -> Fusion | None:
+    """The update kernel that writes reshape ``i`` into its window, where that is all
+    ``i`` is read for: the kernel reads i's operand through the reshape's index.  Keras's
+    recurrent layers save each step's activations for the gradient as updates of a
+    stack by a reshape of the value; written to a buffer of its own first, each was
+    copied twice (2 MB a gate a step in a ConvLSTM2D(64) train step)."""
+    if i.op is not Op.RESHAPE or i in outputs or not b.users[i]:
+        return None
+    kernels = {b.owner.get(u) for u in b.users[i]}
+    if len(kernels) != 1:
+        return None
+    (f,) = kernels
+    if f is None or f.kind != "update" or any(
+            u.op is not Op.DYNAMIC_UPDATE_SLICE or u.operands[1] is not i
+            or i in u.operands[:1] + u.operands[2:] for u in b.users[i]):
+        return None
+    return f
+
+
 def library_source(f: Fusion, x: Instr) -> Instr:
     """The buffer a library kernel reads for its operand ``x`` (reshapes seen through)."""
     while x in f.aliases:
@@ -246,6 +265,12 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
             continue
         if library:
             b.start(i, "it is an operand of a runtime-library call (read from memory)")
+            continue
+        update = _update_reading_reshape(b, i, outputs)
+        if update is not None:
+            # (its operand is then read from memory: the dense rule below, for the reshape)
+            b.join(i, update)
+            update.notes.append(f"{i!r} is read in place by {update.name}: a reshape moves no data")
             continue
         dense = [u for u in b.users[i] if u in b.owner and (
             b.owner[u].kind in CONTROL or b.owner[u].kind == "update" and i in u.operands[:2])]
