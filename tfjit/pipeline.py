@@ -199,8 +199,8 @@ class _OnModule:
         verify.module(o.module, self.name)
 
 
-PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(), FoldConvolutionBias(),
-          MergeSiblingConvolutions(), TwoStageReductions(), DCE(),
+PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(),
+          FoldConvolutionBias(), MergeSiblingConvolutions(), TwoStageReductions(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 

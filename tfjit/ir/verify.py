@@ -9,8 +9,8 @@ pass can break afterwards by rewiring operands or dropping instructions:
 
 * module: parameters numbered in order and listed; each instruction once, with
   as many operands as its op takes (a rewrite that changes an op in place keeps its
-  old operands otherwise, and the dump no longer parses); every operand defined earlier in the same computation (topological, no reads of a
-  caller's values); outputs defined; elementwise operands of the result's shape;
+  old operands otherwise, and the dump no longer parses); every operand defined
+  earlier in the same computation (topological, no reads of a caller's values); outputs defined; elementwise operands of the result's shape;
   constants holding a value of their shape; while/conditional calls whose
   computations take as many parameters as they are handed;
 * fusions: every root computed inside its kernel and written by one kernel only;

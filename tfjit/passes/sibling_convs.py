@@ -83,17 +83,24 @@ def _groups(instrs, key, outputs) -> list:
     return [g for g in by.values() if len(g) > 1]
 
 
-def _whole_filter(filters: list) -> Instr | None:
-    """The filter W whose slices along its outputs ``filters`` are, all of it in order
-    (Keras's split kernel); None otherwise."""
-    w = filters[0].operands[0] if filters[0].op is Op.SLICE else None
-    at = 0
-    for f in filters:
-        if f.op is not Op.SLICE or f.operands[0] is not w or tuple(f.attrs["strides"]) != (1, 1, 1, 1) \
-                or tuple(f.attrs["starts"]) != (0, 0, 0, at) or f.shape[:3] != w.shape[:3]:
+def _covered(values: list, dim: int) -> Instr | None:
+    """The value whose slices along ``dim`` ``values`` are, all of it in order (Keras's
+    split kernel along the filters' outputs, a kernel's gradient concatenated back);
+    None otherwise."""
+    v, at = None, 0
+    for o in values:
+        if o.op is not Op.SLICE or (v is not None and o.operands[0] is not v) \
+                or tuple(o.attrs["strides"]) != (1,) * o.rank \
+                or tuple(o.attrs["starts"]) != tuple(at if k == dim else 0 for k in range(o.rank)) \
+                or any(o.shape[k] != o.operands[0].shape[k] for k in range(o.rank) if k != dim):
             return None
-        at += f.shape[3]
-    return w if at == w.shape[3] else None
+        v, at = o.operands[0], at + o.shape[dim]
+    return v if v is not None and at == v.shape[dim] else None
+
+
+def _whole_filter(filters: list) -> Instr | None:
+    """The filter W whose slices along its outputs ``filters`` are, all of it in order."""
+    return _covered(filters, 3)
 
 
 def _by_filter_slice(members: list, filter_of) -> list:
@@ -175,8 +182,7 @@ def _filter_gradients(c: Module, users: dict, made: list, concats: dict) -> bool
     grads = [i for i in c.instrs if i.op is Op.CONV_BACKPROP_FILTER]
     groups = _groups(grads, lambda i: _key(i, i.operands[0], i.shape[:3]), lambda i: i.shape[3])
     for members in groups:
-        readers = {id(u): u for i in members for u in users[i]}
-        for u in readers.values():
+        for u in {u for i in members for u in users[i]}:
             if u.op is Op.CONCAT and set(u.operands) >= set(members):
                 members = [o for o in u.operands if o in members]
                 break
@@ -242,19 +248,9 @@ def _fold_concatenated_slices(c: Module) -> None:
     replace = {}
     for i in c.instrs:
         i.operands = tuple(replace.get(o, o) for o in i.operands)
-        if i.op is not Op.CONCAT:
-            continue
-        d, v, at = i.attrs["dim"], None, 0
-        for o in i.operands:
-            if o.op is not Op.SLICE or (v is not None and o.operands[0] is not v) \
-                    or tuple(o.attrs["strides"]) != (1,) * o.rank \
-                    or tuple(o.attrs["starts"]) != tuple(at if k == d else 0 for k in range(o.rank)) \
-                    or any(o.shape[k] != o.operands[0].shape[k] for k in range(o.rank) if k != d):
-                break
-            v, at = o.operands[0], at + o.shape[d]
-        else:
-            if v is not None and at == v.shape[d]:
-                replace[i] = v
+        whole = _covered(i.operands, i.attrs["dim"]) if i.op is Op.CONCAT else None
+        if whole is not None:
+            replace[i] = whole
     c.outputs = [replace.get(o, o) for o in c.outputs]
 
 

@@ -1,5 +1,6 @@
 """Simplification passes: common-subexpression elimination, dead-code removal, Mish's
-factor as one exp, concatenated copies as broadcasts, and reductions over several dims of a buffer read as one dim.
+factor as one exp, concatenated copies as broadcasts, and reductions over several
+dims of a buffer read as one dim.
 
 Constant folding happens while lowering (``Module.folder``), because lowering
 needs folded values (a Reshape's shape computed from Shape/Pack ops).  Each
