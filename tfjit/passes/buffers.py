@@ -453,7 +453,10 @@ def _carried_in_place(k: int, body: Module, fusions: list) -> str | None:
         if dus.operands[0] is p and p not in dus.operands[1:] and not others:
             return None
         return f"{w.name} reads it besides updating it"
-    if w.kind == "loop" and len(w.roots) == 1 and p.shape == out.shape:
+    # every root is written at the loop's index, the point it reads p at (a kernel of
+    # several roots too: an LSTM gradient's cell state writes its next value beside the
+    # gate gradients)
+    if w.kind == "loop" and all(r.shape == out.shape for r in w.roots) and p.shape == out.shape:
         idx = tuple(f"d{d}" for d in range(out.rank))
         if iteration.symbolic_reads(w).get(p) == {idx}:
             return None

@@ -27,6 +27,13 @@ already) whose inner instructions nothing else reads, and reads at
 most one full-size value: with two, n copies would read 2n buffers where the
 value costs n + 3 passes.  Where the readers end up in one kernel anyway, the
 copies are the same arithmetic done twice in registers.
+
+A while loop's state is the one dense reader that gets copies too: a broadcast (or a
+constant of one value) that starts several carried values (CSE makes one zeros of every stack a recurrent layer
+saves its activations in) becomes one broadcast per carried value, so each is written
+straight into its state buffer.  Shared, one state took the buffer over and the
+loop's entry copied it into the others: 7 x 12.6 MB a ConvLSTM2D(64) train step,
+where each broadcast's kernel only writes.
 """
 from __future__ import annotations
 
@@ -52,7 +59,8 @@ class CopyPerReader:
         return any([self._run(c) for c in m.computations() + [m]])
 
     def _run(self, c: Module) -> bool:
-        users, outputs, out, changed = c.users(), set(c.outputs), [], False
+        changed = _own_loop_inits(c)
+        users, outputs, out = c.users(), set(c.outputs), []
         names = {i.name for i in c.instrs}
         for i in c.instrs:
             out.append(i)
@@ -123,3 +131,36 @@ def _chain(v: Instr, users: dict) -> list | None:
     if any(not set(users[x]) <= inside for x in chain if x is not v):
         return None              # read outside the chain: it stays, and so would its reads
     return chain
+
+
+def _splat(x: Instr) -> bool:
+    """A broadcast, or a constant of one value (small stacks' zeros are folded)."""
+    if x.op is Op.CONSTANT:
+        flat = x.value.reshape(-1)
+        return flat.size > 1 and bool((flat == flat[0]).all())
+    return x.op is Op.BROADCAST
+
+
+def _own_loop_inits(c: Module) -> bool:
+    """Each carried value of a while that a broadcast (or a constant of one value)
+    starts, and does not start alone, gets one of its own (module docstring)."""
+    users, names, changed = c.users(), {i.name for i in c.instrs}, False
+    out = []
+    for w in c.instrs:
+        if w.op is Op.WHILE:
+            operands = list(w.operands)
+            for k, x in enumerate(w.operands):
+                last = x not in w.operands[k + 1:]
+                if not _splat(x) or (last and users[x] == [w]):
+                    continue         # (the last position keeps x where nothing else reads it)
+                name = next(f"{x.name}.{n}" for n in itertools.count(1) if f"{x.name}.{n}" not in names)
+                names.add(name)
+                operands[k] = dataclasses.replace(x, name=name, attrs=dict(x.attrs))
+                out.append(operands[k])
+                if last:
+                    users[x].remove(w)
+                changed = True
+            w.operands = tuple(operands)
+        out.append(w)
+    c.instrs = out
+    return changed

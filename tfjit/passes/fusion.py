@@ -314,13 +314,13 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
     fusions = _merge_producers(b, _merge_siblings(b))
     for f in fusions:
         choose_iteration(f)
-    late = set()
+    overwrites: dict = {}       # loop body: kernel -> the parameters whose next value it writes
     if loop_body:
         for f in fusions:
-            nexts = [m.params[k] for k, o in enumerate(m.outputs) if o in f.roots]
-            if any(p in reads(g) for p in nexts for g in fusions if g is not f):
-                late.add(f)
-    return _schedule(fusions, b.order, late)
+            nexts = {m.params[k] for k, o in enumerate(m.outputs) if o in f.roots}
+            if nexts:
+                overwrites[f] = nexts
+    return _schedule(fusions, b.order, overwrites)
 
 
 def output_views(m: Module) -> dict:
@@ -565,9 +565,16 @@ def _column_sibling(f: Fusion, other: Fusion | None = None) -> bool:
     return column_candidate(merged)
 
 
-def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:
-    """Producers first; otherwise in program order, ``late`` kernels after the others."""
+def _schedule(fusions: list, order: dict, overwrites: dict | None = None) -> list:
+    """Producers first; otherwise in program order.  In a loop body (``overwrites``:
+    kernel -> the parameters whose next value it writes), a kernel that writes a next
+    value waits, where dependencies allow, until every other reader of the current
+    value has run, so the value can be updated in place (passes/buffers.py).  Taken in
+    program order, ConvLSTM2D's step wrote its next h before saving the current one
+    into its stack, and h then needed two buffers and a copy back every step."""
     owner = {r: f for f in fusions for r in f.roots}
+    if overwrites:
+        return _schedule_body(fusions, order, owner, overwrites)
     done, out = set(), []
 
     def visit(f):
@@ -579,6 +586,27 @@ def _schedule(fusions: list, order: dict, late: set = frozenset()) -> list:
                 visit(owner[r])
         out.append(f)
 
-    for f in sorted(fusions, key=lambda f: (f in late, min(order[r] for r in f.roots or f.instrs))):
+    for f in sorted(fusions, key=lambda f: min(order[r] for r in f.roots or f.instrs)):
         visit(f)
+    return out
+
+
+def _schedule_body(fusions: list, order: dict, owner: dict, overwrites: dict) -> list:
+    """``_schedule`` for a loop body: the first ready kernel in program order that
+    overwrites no value another kernel still has to read, else the first ready one."""
+    read = {f: reads(f) for f in fusions}
+    producers = {f: {owner[r] for r in read[f] if r in owner} - {f} for f in fusions}
+    readers: dict = {}
+    for f in fusions:
+        for p in read[f]:
+            readers.setdefault(p, set()).add(f)
+    pending = sorted(fusions, key=lambda f: min(order[r] for r in f.roots or f.instrs))
+    done, out = set(), []
+    while pending:
+        ready = [f for f in pending if producers[f] <= done]
+        safe = (f for f in ready if all(readers.get(p, set()) <= done | {f} for p in overwrites.get(f, ())))
+        f = next(safe, ready[0])
+        pending.remove(f)
+        done.add(f)
+        out.append(f)
     return out

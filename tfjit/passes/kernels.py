@@ -92,10 +92,21 @@ def in_memory(i: Instr) -> bool:
 OWN_KERNEL = {Kind.SCATTER: KernelKind.SCATTER, Kind.SCAN: KernelKind.SCAN, Kind.SORT: KernelKind.SORT}
 
 
+# integer scalar arithmetic recomputed wherever read (no division: it checks its divisor)
+INDEX_ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.MAX, Op.MIN, Op.NEG, Op.SELECT, Op.CONVERT,
+                              Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.NOT})
+
+
 def is_cheap(i: Instr) -> bool:
     """Recomputed wherever used rather than written to memory."""
     if i.op in (Op.CONSTANT, Op.IOTA):
         return True
+    if i.rank == 0 and i.op in INDEX_ARITHMETIC and (i.dtype.is_int or i.dtype.kind == "bool"):
+        # A scalar index, such as a dynamic slice's start: a recurrent layer's gradient
+        # reads each step's saved activations at the counter minus one.  As a kernel's
+        # root, the slice it starts could not be recomputed, and its window was copied
+        # wherever two kernels read it (2 MB a gate a step in ConvLSTM2D(64)).
+        return all(in_memory(o) or is_cheap(o) for o in i.operands)
     if i.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CONVERT, Op.DYNAMIC_SLICE):
         return all(in_memory(o) or is_cheap(o) for o in i.operands)
     return False

@@ -1,0 +1,121 @@
+"""A loop body's state without copies, against TF's executor.
+
+What a recurrent layer's train step does in its loops, each a copy tfjit used to make
+(a ConvLSTM2D(64) step: 2 MB a gate a step):
+
+- the gradient loop reads each step's saved activations at the counter minus one, a
+  dynamic slice whose start is scalar index arithmetic: recomputed by every kernel
+  that reads it (passes/kernels.py ``INDEX_ARITHMETIC``), the window is read in place
+  by them all instead of copied once they were two;
+- the forward loop saves the current state in a stack and computes the next one: the
+  saving kernels run before the one that writes the next state (passes/fusion.py
+  ``_schedule``), so the state is updated in place, not double-buffered;
+- a kernel of several roots that writes a carried value's next value where it reads
+  the current one updates it in place (passes/buffers.py ``_carried_in_place``);
+- stacks started by one (CSE'd) zeros get a broadcast each (passes/copies.py
+  ``_own_loop_inits``), written straight into their state, not copied at the loop's
+  entry.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfjit
+from oracle import assert_matches
+from tfjit.passes import fusion
+
+
+def _compiled(f, *args):
+    return tfjit.function(f, jit_compile=True).compiled(*args)
+
+
+def _check(f, *args, tol=1e-5):
+    got = tf.nest.flatten(tfjit.function(f, jit_compile=True)(*args))
+    want = tf.nest.flatten(tf.function(f)(*args))
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_matches(np.asarray(g), np.asarray(w), rtol=tol, atol=tol, what=f"output {k}")
+
+
+def _loops(compiled) -> list:
+    return [f for f in fusion.walk(compiled.fusions) if f.kind == "while"]
+
+
+def _modes(compiled) -> list:
+    return [compiled.plan.control[f].modes for f in _loops(compiled)]
+
+
+@pytest.mark.parametrize("shape", [(6, 4, 8), (3, 1, 1), (5, 7, 3)])
+def test_a_slice_at_the_counter_minus_one_is_read_in_place(rng, shape):
+    x = tf.constant(rng.standard_normal(shape).astype(np.float32))
+
+    def f(x):
+        n = x.shape[0]
+
+        def body(i, a, s):
+            step = x[n - 1 - i]                       # a slice at an index computed each step
+            return i + 1, a + tf.tanh(step) * 2.0, s + tf.reduce_sum(step * step, 0)
+        _, a, s = tf.while_loop(lambda i, a, s: i < n, body,
+                                (0, tf.zeros(shape[1:]), tf.zeros(shape[2:])))
+        return a, s
+    _check(f, x)
+    (loop,) = _loops(_compiled(f, x))
+    body = loop.called[1]
+    roots = [r for g in body for r in g.roots]
+    copies = [r for r in roots if r.op.name in ("DYNAMIC_SLICE", "RESHAPE")]   # the window, copied
+    assert not copies, [g.notes for g in body]
+
+
+@pytest.mark.parametrize("units", [1, 5, 16])
+def test_the_state_saved_before_its_next_value_is_in_place(rng, units):
+    x = tf.constant(rng.standard_normal((4, 3, units)).astype(np.float32))
+
+    def f(x):
+        def body(i, h, c, hs, cs):
+            hs, cs = hs.write(i, h), cs.write(i, c)        # the current state, saved
+            c = tf.sigmoid(x[i]) * c + tf.tanh(x[i] + h)
+            return i + 1, tf.tanh(c) * 0.5, c, hs, cs
+        z = tf.zeros(x.shape[1:])
+        _, h, c, hs, cs = tf.while_loop(lambda i, *_: i < 4, body, (
+            0, z + 0.1, z - 0.2, tf.TensorArray(tf.float32, size=4), tf.TensorArray(tf.float32, size=4)))
+        return h, c, hs.stack(), cs.stack()
+    _check(f, x)
+    (modes,) = _modes(_compiled(f, x))
+    assert "double-buffered" not in modes, modes
+
+
+def test_a_kernel_of_several_roots_updates_its_state_in_place(rng):
+    x = tf.constant(rng.standard_normal((5, 64)).astype(np.float32))
+
+    def f(x):
+        def body(i, a, b):
+            t = a * 0.5 + x[i]                  # one kernel: both next values at one index
+            return i + 1, t * t, t - b
+        _, a, b = tf.while_loop(lambda i, a, b: i < 5, body, (0, x[0] * 0.1, x[1] * 0.2))
+        return a, b
+    _check(f, x)
+    compiled = _compiled(f, x)
+    (loop,) = _loops(compiled)
+    assert any(len(g.roots) >= 2 for g in loop.called[1]), [g.roots for g in loop.called[1]]
+    (modes,) = _modes(compiled)
+    assert "double-buffered" not in modes, modes
+
+
+@pytest.mark.parametrize("size", [1, 6])
+def test_stacks_started_by_one_zeros_are_not_copied_in(rng, size):
+    x = tf.constant(rng.standard_normal((size, 256)).astype(np.float32))
+
+    def f(x):
+        def body(i, h, a, b, c):
+            h = tf.tanh(h + x[i])
+            return i + 1, h, a.write(i, h), b.write(i, h * 2.0), c.write(i, -h)
+        tas = [tf.TensorArray(tf.float32, size=size) for _ in range(3)]
+        _, h, a, b, c = tf.while_loop(lambda i, *_: i < size, body, (0, tf.zeros([256]), *tas))
+        return h, a.stack(), b.stack(), c.stack()
+    _check(f, x)
+    compiled = _compiled(f, x)
+    (loop,) = _loops(compiled)
+    copied = [n for _, _, n in compiled.plan.control[loop].init]
+    assert max(copied, default=0) < 256 * 4, copied     # only scalars (the counters) copied
