@@ -18,6 +18,8 @@ What a recurrent layer's train step does in its loops, each a copy tfjit used to
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -119,3 +121,28 @@ def test_stacks_started_by_one_zeros_are_not_copied_in(rng, size):
     (loop,) = _loops(compiled)
     copied = [n for _, _, n in compiled.plan.control[loop].init]
     assert max(copied, default=0) < 256 * 4, copied     # only scalars (the counters) copied
+
+
+@pytest.mark.parametrize("shape", [(64, 256), (1, 48), (3, 1, 5)])
+def test_a_window_updated_in_place_is_split_into_rows(rng, shape):
+    """A stack updated in place has nothing to copy first: its window's first dim of more
+    than one element is the update kernel's rows (codegen/update.py), which the loop's
+    driver shares among threads like any kernel's."""
+    x = tf.constant(rng.standard_normal((5, *shape)).astype(np.float32))
+
+    def f(x):
+        def body(i, h, ta):
+            h = tf.tanh(h * 0.9 + x[i])
+            return i + 1, h, ta.write(i, h)
+        _, h, ta = tf.while_loop(lambda i, h, ta: i < 5, body,
+                                 (0, x[0], tf.TensorArray(tf.float32, size=5)))
+        return ta.stack(), h
+    _check(f, x)
+    compiled = _compiled(f, x)
+    (loop,) = _loops(compiled)
+    assert loop.called[1] and "double-buffered" not in _modes(compiled)[0]
+    (k,) = [n for n, g in enumerate(loop.called[1]) if g.kind == "update"]
+    rows = next(n for n in shape if n > 1)
+    call = re.search(rf'body\.k{k}"(\(ptr [^,]*, i64 0, i64 (\d+)\)|, ptr [^,]*, i64 (\d+), i64)',
+                     compiled.code.llvm_ir)
+    assert call is not None and rows in (int(call.group(2) or 0), int(call.group(3) or 0)), call
