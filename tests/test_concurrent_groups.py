@@ -144,3 +144,84 @@ def test_the_launch_decides_by_its_threads(tmp_path, threads, expect):
                          text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-2:] == [expect, "error: True"], out.stdout
+
+
+# -- a loop body's groups (concurrency.schedule_loops, run through run_group) ---------------
+
+def _recurrent_convolutions(x, ws, steps=4):
+    """A convolutional recurrence as ConvLSTM2D's: four convolutions of the state a step,
+    each of its own filters, then gates."""
+    def body(i, h, c):
+        z = [tf.nn.conv2d(h, w, 1, "SAME") for w in ws]
+        c = tf.sigmoid(z[0]) * c + tf.sigmoid(z[1]) * tf.tanh(z[2] + x[i])
+        return i + 1, tf.sigmoid(z[3]) * tf.tanh(c), c
+    _, h, c = tf.while_loop(lambda i, h, c: i < steps, body, (0, x[0] * 0.5, x[0] * 0.1),
+                            maximum_iterations=steps)
+    return h, c
+
+
+def _loop_groups(compiled) -> list:
+    from tfjit.passes import fusion
+    return [compiled.plan.control[f].groups for f in fusion.walk(compiled.fusions)
+            if f.kind == "while" and compiled.plan.control[f].groups]
+
+
+@pytest.mark.parametrize("batch, size, channels, grouped", [
+    (8, 12, 32, True),
+    (1, 5, 3, False),       # too little work to wake a thread for (concurrency.concurrent)
+])
+def test_a_loop_body_runs_its_convolutions_as_groups(rng, batch, size, channels, grouped):
+    from tfjit.runtime import launch
+    x = tf.constant(rng.standard_normal((4, batch, size, size, channels)).astype(np.float32))
+    ws = [tf.constant(rng.standard_normal((3, 3, channels, channels)).astype(np.float32) * 0.1)
+          for _ in range(4)]
+    f = lambda v: _recurrent_convolutions(v, ws)
+    g = tfjit.function(f, jit_compile=True)
+    compiled = g.compiled(x)
+    groups = _loop_groups(compiled)
+    assert bool(groups) == grouped, groups
+    assert ("tfjit_rt_run_group" in compiled.code.llvm_ir) == grouped
+    expected = tf.function(f)(x)
+    before = launch.stats()
+    for _ in range(3):           # tasks claimed by whichever thread comes first: every order
+        for got, want in zip(g(x), expected):
+            assert_matches(got, want, rtol=1e-4, atol=1e-5)
+    after = launch.stats()
+    ran = sum(after[k] - before[k] for k in ("groups_concurrent", "groups_one_at_a_time"))
+    assert ran >= (3 * 4 if grouped else 0), (before, after)   # a group each step of each call
+
+
+def test_a_loop_gradient_runs_its_convolution_gradients_as_groups(rng):
+    x = tf.constant(rng.standard_normal((4, 8, 12, 12, 32)).astype(np.float32))
+    ws = [tf.Variable(rng.standard_normal((3, 3, 32, 32)).astype(np.float32) * 0.1) for _ in range(4)]
+
+    def f(v):
+        with tf.GradientTape() as tape:
+            h, c = _recurrent_convolutions(v, ws)
+            loss = tf.reduce_sum(h * h) + tf.reduce_sum(c)
+        return tape.gradient(loss, ws)
+    g = tfjit.function(f, jit_compile=True)
+    assert len(_loop_groups(g.compiled(x))) >= 2       # the forward loop and the gradient's
+    for got, want in zip(g(x), tf.function(f)(x)):
+        assert_matches(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_a_failing_task_in_a_loop_body_reports_its_error(rng):
+    x = tf.constant(rng.standard_normal((3, 64, 256)).astype(np.float32))
+    w = tf.constant(rng.standard_normal((256, 256)).astype(np.float32) * 0.05)
+
+    def f(v, d):
+        def body(i, a, q):
+            a2 = tf.matmul(tf.tanh(a), w) + tf.matmul(tf.sigmoid(v[i]), w)
+            q = q + tf.math.floordiv(tf.cast(tf.matmul(v[i] * 3.0, w) * 100.0, tf.int32), d)
+            return i + 1, a2, q
+        return tf.while_loop(lambda i, a, q: i < 3, body, (0, v[0], tf.zeros_like(d)))[1:]
+    g = tfjit.function(f, jit_compile=True)
+    d = tf.constant(np.arange(64 * 256, dtype=np.int32).reshape(64, 256) % 5 + 1)
+    assert _loop_groups(g.compiled(x, d))
+    for got, want in zip(g(x, d), tf.function(f)(x, d)):
+        assert_matches(got, want, rtol=1e-4, atol=1e-4)
+    zeros = tf.tensor_scatter_nd_update(d, [[5, 7]], [0])
+    for _ in range(3):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Integer division by zero"):
+            g(x, zeros)

@@ -177,6 +177,7 @@ class GroupConcurrent:
     def run(self, o: Optimized):
         if settings.flags().tfjit_concurrent_groups:
             s = concurrency.schedule(o.module, o.fusions, o.plan)
+            concurrency.schedule_loops(o.module, o.fusions, o.plan)
         else:                   # --tfjit_concurrent_groups=false: the schedule as it is
             s = concurrency.Schedule(list(o.fusions), [[1]] * len(o.fusions), {})
         o.fusions, o.groups = s.fusions, s.groups
@@ -282,6 +283,8 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
         runtime += library.runtime_symbols(target.library_prefix)
     if target.runtime_calls and kinds & set(fusion.CONTROL):   # drivers shard big steps
         runtime.append(control.PARALLEL_FOR)
+        if any(getattr(p, "groups", None) for p in o.plan.control.values()):
+            runtime.append(control.RUN_GROUP)      # and run a body's concurrent groups
     kernels = [f for f, n in zip(o.fusions, per_kernel) for _ in range(n)]
     return Emitted(llmod, steps, messages, runtime, marks, kernels)
 

@@ -18,7 +18,9 @@ sharding a loop body's kernels over TF's pool; with ``parallel`` the driver
 does the same (``tfjit_rt_parallel_for``, runtime/parallel.cc, shards a step
 whose rows x cost reach the launch op's inline threshold, as the launch op
 does), so a big training-loop body still uses every core while an LSTM step's
-small kernels run inline.  (On the 2-core machine, shared with other work, a
+small kernels run inline, and runs a body's concurrent groups
+(passes/concurrency.py ``schedule_loops``) through ``tfjit_rt_run_group`` as the
+launch op runs the top level's.  (On the 2-core machine, shared with other work, a
 10-iteration loop over 2048x2048 f32 took 59-76 ms sharded, 73-77 ms inline and
 83-131 ms in TF when a core was free; at a load of 4 sharding bought nothing and
 cost nothing: 110-139 ms against 107-130.)
@@ -28,9 +30,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tfjit.codegen.llvm_types import I1, I8, I32, I64, PTR, VOID, i64
+from tfjit.passes import concurrency
 from tfjit.runtime import launch
 
 PARALLEL_FOR = launch.PARALLEL_FOR
+RUN_GROUP = launch.RUN_GROUP
+_STEP = ir.LiteralStructType([PTR, I64, I64, I32, I32])   # runtime/abi.h TfjitStep
 INLINE_COST = 50000      # as runtime/parallel.cc's kInlineCost: below this, a step runs inline
 
 
@@ -64,31 +69,65 @@ class _Driver:
             if dst != src:
                 _memcpy(self.b, self.load(dst), self.load(src), n)
 
-    def run(self, steps) -> None:
-        """Calls each step over all its rows; leaves through ``exit`` on an error."""
-        b = self.b
-        for symbol, rows, cost in steps:
-            if rows <= 0:
+    def run(self, steps, marks=None) -> None:
+        """Calls each step over all its rows; leaves through ``exit`` on an error.
+        ``marks``: per step, its (group, task) (abi.h): a concurrent group's steps run
+        through the op library's run_group, its tasks at once (passes/concurrency.py)."""
+        s = 0
+        while s < len(steps):
+            if marks and self.parallel and marks[s][0] > 1:
+                n = marks[s][0]
+                self._group(steps[s:s + n], marks[s:s + n])
+                s += n
                 continue
-            kernel = self.module.globals[symbol]
-            if self.parallel and rows > 1 and rows * max(cost, 1) >= INLINE_COST:
-                shard = self.module.globals.get(PARALLEL_FOR) or ir.Function(
-                    self.module, ir.FunctionType(VOID, [PTR, PTR, PTR, I64, I64]), name=PARALLEL_FOR)
-                b.call(shard, [self.load(self.plan.device_slot), kernel, self.bufs, i64(rows),
-                               i64(cost)])
-            else:
-                b.call(kernel, [self.bufs, i64(0), i64(rows)])
-            status = b.load(self.load(self.plan.status_slot), typ=I32)
-            ok = self.fn.append_basic_block(f"{symbol}.ok")
-            b.cbranch(b.icmp_unsigned("!=", status, ir.Constant(I32, 0)), self.exit, ok)
-            b.position_at_end(ok)
+            self._step(*steps[s])
+            s += 1
+
+    def _group(self, steps, marks) -> None:
+        """One call of run_group over the group's TfjitStep array, filled on the stack
+        (the driver names every kernel it runs, as codegen/ir_split.py needs)."""
+        b = self.b
+        with b.goto_entry_block():
+            array = b.alloca(ir.ArrayType(_STEP, len(steps)))
+        for k, ((symbol, rows, cost), (group, task)) in enumerate(zip(steps, marks)):
+            fields = [b.bitcast(self.module.globals[symbol], PTR), i64(rows), i64(cost),
+                      ir.Constant(I32, group), ir.Constant(I32, task)]
+            for n, v in enumerate(fields):
+                b.store(v, b.gep(array, [ir.Constant(I32, 0), ir.Constant(I32, k), ir.Constant(I32, n)]))
+        run = self.module.globals.get(RUN_GROUP) or ir.Function(
+            self.module, ir.FunctionType(VOID, [PTR, PTR, PTR, I64]), name=RUN_GROUP)
+        b.call(run, [self.load(self.plan.device_slot), array, self.bufs, i64(self.plan.device_slot + 1)])
+        self._check(f"group{len(self.fn.blocks)}")
+
+    def _check(self, label: str) -> None:
+        b = self.b
+        status = b.load(self.load(self.plan.status_slot), typ=I32)
+        ok = self.fn.append_basic_block(f"{label}.ok")
+        b.cbranch(b.icmp_unsigned("!=", status, ir.Constant(I32, 0)), self.exit, ok)
+        b.position_at_end(ok)
+
+    def _step(self, symbol: str, rows: int, cost: int) -> None:
+        b = self.b
+        if rows <= 0:
+            return
+        kernel = self.module.globals[symbol]
+        if self.parallel and rows > 1 and rows * max(cost, 1) >= INLINE_COST:
+            shard = self.module.globals.get(PARALLEL_FOR) or ir.Function(
+                self.module, ir.FunctionType(VOID, [PTR, PTR, PTR, I64, I64]), name=PARALLEL_FOR)
+            b.call(shard, [self.load(self.plan.device_slot), kernel, self.bufs, i64(rows),
+                           i64(cost)])
+        else:
+            b.call(kernel, [self.bufs, i64(0), i64(rows)])
+        self._check(symbol)
 
 
 def emit_while(module: ir.Module, f, plan, name: str, emit_kernels, parallel: bool) -> list:
     """The driver of while fusion ``f``; ``emit_kernels(fusions, prefix) -> steps``."""
     lp = plan.control[f]
     cond_steps = emit_kernels(f.called[0], f"{name}.cond")
-    body_steps = emit_kernels(f.called[1], f"{name}.body")
+    per_kernel: list = []
+    body_steps = emit_kernels(f.called[1], f"{name}.body", per_kernel)
+    marks = concurrency.step_marks(lp.groups, per_kernel) if lp.groups else None
     d = _Driver(module, name, plan, parallel)
     b = d.b
     for slot, source in lp.pointers:
@@ -103,7 +142,7 @@ def emit_while(module: ir.Module, f, plan, name: str, emit_kernels, parallel: bo
     done = d.fn.append_basic_block("done")
     b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), body, done)
     b.position_at_end(body)
-    d.run(body_steps)
+    d.run(body_steps, marks)
     d.copy(lp.copies)
     for x, y in lp.swaps:
         px, py = d.load(x), d.load(y)

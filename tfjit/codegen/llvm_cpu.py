@@ -208,7 +208,8 @@ def _control(module, f, plan, name, messages, target) -> list:
     target's code may call it."""
     emit = control.emit_while if f.kind is KernelKind.WHILE else control.emit_conditional
     return emit(module, f, plan, name,
-                lambda fs, p: emit_kernels(module, fs, plan, p, messages, target),
+                lambda fs, p, per_kernel=None: emit_kernels(module, fs, plan, p, messages, target,
+                                                             per_kernel),
                 target.runtime_calls)
 
 

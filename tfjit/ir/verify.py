@@ -147,3 +147,8 @@ def concurrent_groups(m: Module, kernels: list, groups: list, plan, after: str =
         _fail(after, m, f"kernels {a.name} and {b.name} share {memory} in one concurrent group")
     for reader, memory, writer in clobbered(m, kernels, plan):
         _fail(after, m, f"{reader.name} reads {memory} after {writer.name} overwrote its bytes")
+    from tfjit.passes.fusion import walk
+    for f in walk(kernels):                  # a loop body's groups (concurrency.schedule_loops)
+        body_groups = getattr(plan.control.get(f), "groups", None)
+        if body_groups:
+            concurrent_groups(m, f.called[1], body_groups, plan, after)

@@ -69,6 +69,7 @@ class LoopPlan:
     swaps: list              # [(slot, slot)] whose pointers are exchanged after each body run
     finals: list             # [(dst, src, nbytes)] after the loop
     modes: list              # per carried value: "invariant" | "in place" | "double-buffered"
+    groups: list | None = None   # the body's concurrent groups (passes/concurrency.py)
 
 
 @dataclasses.dataclass

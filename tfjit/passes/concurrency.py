@@ -32,8 +32,10 @@ the result: no two tasks of a group touch the same bytes where one writes them
 (``group_conflicts``), and no kernel reads a temp whose bytes were taken over since
 it was written (``clobbered``).
 
-Clusters with control flow keep their schedule: their drivers re-point and swap
-slots between calls, which the slot-level view below does not see.  Targets
+Clusters with control flow keep their top-level schedule: their drivers re-point and
+swap slots between calls, which the slot-level view below does not see.  Within one
+run of a while body the slots do not move, so a body is regrouped the same way
+(``schedule_loops``) and its driver runs the groups (codegen/control.py).  Targets
 without the launch op (AOT objects, GPU modules) run the new order one kernel at a
 time, which is equally correct.
 """
@@ -106,7 +108,30 @@ def estimate_ns(f, read: set) -> float:
     return flops / rate + moved / BYTES_PER_NS
 
 
-def schedule(m, fusions: list, plan) -> Schedule:
+def schedule_loops(m, fusions: list, plan) -> None:
+    """Each while body's kernels regrouped as ``schedule`` does the top level's, in place
+    (the while's ``called`` body and its LoopPlan's ``groups``; codegen/control.py runs
+    a group through the op library's run_group).  A body's kernels run once per
+    iteration on the memory the driver points them at, which does not change during a
+    run of the body (double-buffered values swap pointers between runs), so slots are
+    the body's memory as they are the top level's; and every temp of a module with
+    control flow has bytes of its own (buffers.place_temps), so nothing is placed again.
+    A ConvLSTM2D's gradient step is twelve convolutions that depend on three inputs,
+    which TF's executor ran two at a time beside its other ops, and tfjit one after
+    another.  Bodies that hold control flow keep their schedule."""
+    for f in fusion_mod.walk(fusions):
+        if f.kind != "while" or len(f.called) < 2:
+            continue
+        body = f.called[1]
+        if any(g.kind in fusion_mod.CONTROL for g in body):
+            continue
+        s = schedule(m, body, plan, place=False)
+        if any(len(tasks) > 1 for tasks in s.groups):
+            body[:] = s.fusions
+            plan.control[f].groups = s.groups
+
+
+def schedule(m, fusions: list, plan, place: bool = True) -> Schedule:
     """The kernels regrouped into concurrent groups of independent chains.
 
     Greedy, in schedule order: the kernels whose dependencies have all run seed one
@@ -116,7 +141,8 @@ def schedule(m, fusions: list, plan) -> Schedule:
     group runs concurrently when ``concurrent`` finds its tasks worth it; otherwise the
     ready kernels run one at a time and their users seed the next try (an InceptionV3
     module starts with one convolution, which its branches' 1x1 convolutions became;
-    the branches part after it)."""
+    the branches part after it).  ``place``: place the temps again for the new order
+    (not for a loop body: see ``schedule_loops``)."""
     if len(fusions) < 2 or any(f.kind in fusion_mod.CONTROL for f in fusions):
         return Schedule(list(fusions), [[1]] * len(fusions), {})
     read = {f: {v for v in buffers.read_values(f, plan.slots) if v in plan.slots} for f in fusions}
@@ -161,7 +187,7 @@ def schedule(m, fusions: list, plan) -> Schedule:
                 if not waiting[u] and not placed[u]:
                     ready.append(u)
         ready = sorted(set(j for j in ready if not placed[j]))
-    if order != list(fusions) or len(groups) < len(order):
+    if place and (order != list(fusions) or len(groups) < len(order)):
         # lifetimes by the new positions: the kernels of one group are one position, so
         # the temps they touch never share bytes (the dependencies above ignored sharing)
         buffers.place_temps(plan, order, positions, read)

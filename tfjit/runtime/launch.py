@@ -22,6 +22,7 @@ from tfjit.runtime import abi, build
 from tfjit.runtime.abi import TfjitExecutable, TfjitStep
 
 PARALLEL_FOR = "tfjit_rt_parallel_for"   # parallel.cc: the loop drivers' sharding entry
+RUN_GROUP = "tfjit_rt_run_group"         # parallel.cc: a loop body's concurrent group
 
 # The structs and constants the op library shares are in abi.py (mirroring abi.h).
 
@@ -128,8 +129,9 @@ class Executable:
     @property
     def needs_host_library(self) -> bool:
         """Whether a run without TfjitLaunch (runtime/host.py) needs the host library:
-        every runtime function but parallel_for runs linalg.cc's code there."""
-        return any(name != PARALLEL_FOR for name in self.runtime)
+        every runtime function but the drivers' parallel_for and run_group runs linalg.cc's
+        code there."""
+        return any(name not in (PARALLEL_FOR, RUN_GROUP) for name in self.runtime)
 
     @property
     def num_inputs(self) -> int:

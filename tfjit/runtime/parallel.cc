@@ -1,7 +1,8 @@
 // Splitting one kernel step over the launch's thread pool (RunSplit), for the
 // launch op's top-level steps (runtime/launch_op.cc RunStep) and for
 // tfjit_rt_parallel_for; and running a concurrent group's tasks at once, one per
-// thread (RunGroup, passes/concurrency.py).
+// thread (RunGroup, passes/concurrency.py), for the launch op and, through
+// tfjit_rt_run_group, for the groups of a loop body.
 //
 // The drivers that tfjit generates for control flow (codegen/control.py) run a
 // loop body's kernels themselves, inside one step of the launch; for a step
@@ -225,6 +226,24 @@ __attribute__((visibility("default"))) void TfjitGetGroupStats(int64_t* concurre
                                                                int64_t* one_at_a_time) {
   *concurrent = tensorflow::tfjit::g_groups[0].load(std::memory_order_relaxed);
   *one_at_a_time = tensorflow::tfjit::g_groups[1].load(std::memory_order_relaxed);
+}
+
+// A concurrent group of a loop body (codegen/control.py): `steps` are the group's steps
+// (steps[0].group of them, marked as a top-level group's), `bufs` the launch's
+// pointer array of `num_bufs` slots, the last two the status block and the runtime
+// context, as RunGroup gives each task its own.
+__attribute__((visibility("default"))) void tfjit_rt_run_group(void* runtime, const TfjitStep* steps,
+                                                               void** bufs, int64_t num_bufs) {
+  auto* context = static_cast<tensorflow::tfjit::RuntimeContext*>(runtime);
+  auto* status = static_cast<TfjitStatus*>(bufs[num_bufs - 2]);
+  if (context == nullptr || context->ctx == nullptr) {     // no pool: one step at a time
+    for (int s = 0; s < steps[0].group && status->code == 0; ++s) {
+      if (steps[s].rows > 0) steps[s].fn(bufs, 0, steps[s].rows);
+    }
+    return;
+  }
+  tensorflow::tfjit::RunGroup(context->ctx->device()->tensorflow_cpu_worker_threads(), steps,
+                              bufs, num_bufs, status, context);
 }
 
 __attribute__((visibility("default"))) void tfjit_rt_parallel_for(void* runtime, TfjitKernelFn fn,
