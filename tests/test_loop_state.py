@@ -14,7 +14,11 @@ What a recurrent layer's train step does in its loops, each a copy tfjit used to
   the current one updates it in place (passes/buffers.py ``_carried_in_place``);
 - stacks started by one (CSE'd) zeros get a broadcast each (passes/copies.py
   ``_own_loop_inits``), written straight into their state, not copied at the loop's
-  entry.
+  entry;
+- an update in place splits its window into rows (codegen/update.py);
+- a convolution or product reads its step's window of a stack in place, at a start it
+  computes (passes/fusion.py ``library_window``), where the window's rows are 64-byte
+  aligned.
 """
 from __future__ import annotations
 
@@ -146,3 +150,33 @@ def test_a_window_updated_in_place_is_split_into_rows(rng, shape):
     call = re.search(rf'body\.k{k}"(\(ptr [^,]*, i64 0, i64 (\d+)\)|, ptr [^,]*, i64 (\d+), i64)',
                      compiled.code.llvm_ir)
     assert call is not None and rows in (int(call.group(2) or 0), int(call.group(3) or 0)), call
+
+
+def _notes(fusions) -> str:
+    return "\n".join(n for f in fusion.walk(fusions) for n in f.notes)
+
+
+@pytest.mark.parametrize("shape, in_place", [
+    ((5, 4, 6, 6, 16), True),       # [4, 6, 6, 16] windows: rows of 2304 bytes
+    ((3, 1, 4, 4, 8), True),
+    ((4, 2, 3, 5, 1), False),       # windows of 120 bytes: not 64-byte aligned, copied
+])
+def test_library_calls_read_windows_of_a_stack_in_place(rng, shape, in_place):
+    """A convolution and a product read this step's slice of a stacked input and of
+    stacked weights, at the counter and at the counter minus one (passes/fusion.py
+    ``library_window``; the call computes the start, codegen/library.py)."""
+    t, c = shape[0], shape[-1]
+    xs = tf.constant(rng.standard_normal(shape).astype(np.float32))
+    ws = tf.constant(rng.standard_normal((t, 3, 3, c, 16)).astype(np.float32) * 0.2)
+    ms = tf.constant(rng.standard_normal((t, 16, 16)).astype(np.float32) * 0.2)
+
+    def f(xs, ws, ms):
+        def body(i, acc):
+            y = tf.nn.conv2d(xs[i], ws[t - 1 - i], 1, "SAME")
+            z = tf.reshape(tf.matmul(tf.reshape(y, (-1, 16)), ms[i]), y.shape)
+            return i + 1, acc + tf.reduce_sum(z, 0)
+        return tf.while_loop(lambda i, acc: i < t, body, (0, tf.zeros(shape[2:4] + (16,))))[1]
+    _check(f, xs, ws, ms, tol=1e-4)
+    notes = _notes(_compiled(f, xs, ws, ms).fusions)
+    windows = notes.count("a window of whole rows of a buffer")
+    assert windows == (3 if in_place else 2), notes          # the input's window, or not

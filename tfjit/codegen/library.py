@@ -10,7 +10,8 @@ inline where there is none (``bufs[device_slot]``: the runtime context, or null)
 A call that returns nonzero (TF's kernel failed; its status is in the runtime
 context) sets the kernel's status code, whose message names the TF node.
 The fusion pass guarantees every operand is a dense buffer (a parameter or
-another kernel's root, possibly seen through reshapes, which do not move data).
+another kernel's root, possibly seen through reshapes, which do not move data, or a
+window of whole rows of a parameter, at a start the kernel computes).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
 from tfjit.ir.ops import FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
-from tfjit.passes.fusion import library_source
 
 _SUFFIX = {"f32": "f32", "f64": "f64"}
 
@@ -290,7 +290,7 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
 
     slots = plan.slots[root]
     out = slot(slots[0])
-    operands = [slot(plan.slots[library_source(fusion, o)][0]) for o in root.operands]
+    operands = [_operand(b, fusion, o, plan, slot) for o in root.operands]
     family, why = tf_kernel(root, onednn)
     kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured",
               MEASURED_WITHOUT_ONEDNN: "measured (no oneDNN)"}[family]
@@ -311,6 +311,63 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
         b.call(_memcpy(module), [slot(other), out, nbytes, ir.Constant(ir.IntType(1), 0)])
     b.ret_void()
     return [(name, 1 if root.size else 0, max(library_flops(root), 1))]   # 0 rows: never called
+
+
+def _operand(b: ir.IRBuilder, fusion, x, plan, slot):
+    """The pointer the call reads operand ``x`` at: its source's buffer (reshapes seen
+    through), past the windows of whole rows it is read through (passes/fusion.py
+    ``library_window``: the start computed here, clamped as a dynamic slice's)."""
+    offset = None
+    while x in fusion.aliases:
+        if x.op is Op.DYNAMIC_SLICE:
+            data = x.operands[0]
+            stride, at = x.dtype.itemsize, i64(0)
+            for d in reversed(range(data.rank)):
+                start = _scalar(b, x.operands[1 + d], plan, slot)
+                limit = i64(data.shape[d] - x.shape[d])
+                start = b.select(b.icmp_signed("<", start, i64(0)), i64(0), start)
+                start = b.select(b.icmp_signed(">", start, limit), limit, start)
+                at = b.add(at, b.mul(start, i64(stride)))
+                stride *= data.shape[d]
+            offset = at if offset is None else b.add(offset, at)
+        x = fusion.aliases[x]
+    base = slot(plan.slots[x][0])
+    return base if offset is None else b.gep(base, [offset], source_etype=ir.IntType(8))
+
+
+_PREDICATES = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op.GE: ">="}
+
+
+def _scalar(b: ir.IRBuilder, s, plan, slot):
+    """Integer scalar ``s`` (fusion.start_leaves' forms) as an i64, a predicate as an i1."""
+    if s.op is Op.CONSTANT:
+        v = s.value.reshape(-1)[0]
+        return ir.Constant(ir.IntType(1), int(bool(v))) if s.dtype.kind == "bool" else i64(int(v))
+    if s.op is Op.RESHAPE:
+        return _scalar(b, s.operands[0], plan, slot)
+    if s.op in _PREDICATES:
+        x, y = (_scalar(b, o, plan, slot) for o in s.operands)
+        signed = s.operands[0].dtype.is_signed
+        return (b.icmp_signed if signed else b.icmp_unsigned)(_PREDICATES[s.op], x, y)
+    if s.op is Op.SELECT:
+        p, x, y = (_scalar(b, o, plan, slot) for o in s.operands)
+        return b.select(p, x, y)
+    if s.op in (Op.ADD, Op.SUB, Op.MUL, Op.CONVERT):
+        values = [_scalar(b, o, plan, slot) for o in s.operands]
+        value = values[0] if s.op is Op.CONVERT else \
+            {Op.ADD: b.add, Op.SUB: b.sub, Op.MUL: b.mul}[s.op](*values)
+        bits = s.dtype.itemsize * 8         # wraps as the op's own integer type
+        if bits < 64:
+            value = b.trunc(value, ir.IntType(bits))
+            return b.sext(value, I64) if s.dtype.is_signed else b.zext(value, I64)
+        return value
+    typ = ir.IntType(s.dtype.itemsize * 8)
+    value = b.load(slot(plan.slots[s][0]), typ=typ)
+    if s.dtype.kind == "bool":
+        return b.icmp_unsigned("!=", value, ir.Constant(typ, 0))
+    if s.dtype.itemsize == 8:
+        return value
+    return b.sext(value, I64) if s.dtype.is_signed else b.zext(value, I64)
 
 
 def _memcpy(module: ir.Module) -> ir.Function:

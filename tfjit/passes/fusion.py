@@ -66,6 +66,7 @@ from tfjit.passes.kernels import (CONTROL, OWN_KERNEL, Fusion, KernelKind, in_me
 MAX_OPERANDS_AND_OUTPUTS = 64   # buffers a merge of sibling kernels may read and write (as XLA)
 PRODUCER_MIN_ELEMENTS = 1 << 15  # loop kernels merged into a column reduction that reads them
 VIEW_MIN_ROW = 64               # elements per row of a kernel that writes an output's reshape
+WINDOW_ALIGN = 64               # bytes: TF's kernels take a tensor as 64-byte aligned (abi.ALIGN)
 
 
 _OWN_KERNEL_WHY = {
@@ -86,6 +87,19 @@ class _Builder:
         self.sym: dict = {}           # instr -> set of symbolic indices it is read at
         self.maps: dict = {}          # instr -> {index map: share of points} (passes/windows.py)
         self.fusions: list = []
+        self.read_in_place: dict = {}   # reshape or window -> the library kernels reading it
+
+    def library_readers(self, i: Instr) -> set:
+        """The library kernels that read ``i`` as an operand, directly or through values
+        they read in place; not as the start of a window (the call computes that)."""
+        out = set()
+        for u in self.users[i]:
+            if u in self.read_in_place:
+                if u.op is not Op.DYNAMIC_SLICE or i is u.operands[0]:
+                    out |= self.read_in_place[u]
+            elif self.owner.get(u) is not None and self.owner[u].kind == "library":
+                out.add(self.owner[u])
+        return out
 
     def start(self, root: Instr, why: str) -> Fusion:
         kind = {Kind.REDUCE: KernelKind.REDUCE, Kind.LIBRARY: KernelKind.LIBRARY,
@@ -219,10 +233,55 @@ def _update_reading_reshape(b: _Builder, i: Instr, outputs: set) -> Fusion | Non
 
 
 def library_source(f: Fusion, x: Instr) -> Instr:
-    """The buffer a library kernel reads for its operand ``x`` (reshapes seen through)."""
+    """The buffer a library kernel reads for its operand ``x`` (reshapes and windows seen
+    through)."""
     while x in f.aliases:
         x = f.aliases[x]
     return x
+
+
+def library_window(i: Instr) -> bool:
+    """Whether a library call may read dynamic slice ``i`` in place: a window of whole rows
+    of a parameter (what a recurrent layer's gradient reads of its saved activations and
+    of its filters' slices, once a step; as a copy, 2 MB a step in ConvLSTM2D(64)), at
+    a start the call computes from memory and constants (``start_leaves``), and at a
+    multiple of the 64 bytes TF's kernels assume of a tensor."""
+    if i.op is not Op.DYNAMIC_SLICE or not in_memory(i.operands[0]):
+        return False
+    x, sizes = i.operands[0], i.shape
+    cut = next((d for d, (n, dim) in enumerate(zip(sizes, x.shape)) if n < dim), x.rank)
+    if any(n != 1 for n in sizes[:cut]):
+        return False
+    row = math.prod(x.shape[cut + 1:]) * x.dtype.itemsize if cut < x.rank else 0
+    if cut < x.rank and row % WINDOW_ALIGN:
+        return False
+    return all(start_leaves(s) is not None for s in i.operands[1:])
+
+
+START_OPS = {Op.ADD, Op.SUB, Op.MUL, Op.CONVERT, Op.RESHAPE, Op.SELECT,
+             Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
+
+
+def start_leaves(s: Instr, depth: int = 0) -> set | None:
+    """The values in memory scalar start ``s`` is computed from (parameters, results of
+    control flow), or None when it is more than integer arithmetic (sums, differences,
+    products, comparisons and selects: TF's index of a Python-style ``x[i]`` wraps a
+    negative i) over those and constants; codegen/library.py computes it."""
+    if s.size != 1 or not (s.dtype.is_int or s.dtype.kind == "bool"):
+        return None
+    if s.op is Op.CONSTANT:
+        return set()
+    if in_memory(s):
+        return {s}
+    if depth > 8 or s.op not in START_OPS:
+        return None
+    out = set()
+    for o in s.operands:
+        leaves = start_leaves(o, depth + 1)
+        if leaves is None:
+            return None
+        out |= leaves
+    return out
 
 
 def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
@@ -255,13 +314,16 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
         if i.op.kind in OWN_KERNEL:
             b.start(i, _OWN_KERNEL_WHY[i.op.kind])
             continue
-        library = {b.owner[u] for u in b.users[i] if b.owner.get(u) and b.owner[u].kind == "library"}
-        if library and i not in outputs and i.op is Op.RESHAPE and len(library) == 1 \
-                and all(b.owner.get(u) in library for u in b.users[i]):
-            (f,) = library
-            f.aliases[i] = i.operands[0]
-            b.owner[i] = f
-            f.notes.append(f"{i!r} is read in place by {f.name}: a reshape moves no data")
+        library = b.library_readers(i)
+        if library and i not in outputs and (i.op is Op.RESHAPE or library_window(i)) \
+                and all(u in b.read_in_place or b.owner.get(u) in library for u in b.users[i]):
+            for f in sorted(library, key=lambda f: f.name):
+                f.aliases[i] = i.operands[0]
+                f.notes.append(f"{i!r} is read in place by {f.name}: " + (
+                    "a reshape moves no data" if i.op is Op.RESHAPE else
+                    "a window of whole rows of a buffer, at a start the call computes"))
+            b.owner[i] = min(library, key=lambda f: f.name)
+            b.read_in_place[i] = library
             continue
         if library:
             b.start(i, "it is an operand of a runtime-library call (read from memory)")
@@ -360,7 +422,14 @@ def walk(fusions: list):
 def reads(f: Fusion) -> set:
     """Instructions outside f whose memory f reads (params or other kernels' roots)."""
     if f.kind == "library":
-        return {library_source(f, o) for o in f.roots[0].operands}
+        out = set()
+        for o in f.roots[0].operands:
+            while o in f.aliases:          # a window's start is read where the call runs
+                if o.op is Op.DYNAMIC_SLICE:
+                    out.update(*(start_leaves(s) for s in o.operands[1:]))
+                o = f.aliases[o]
+            out.add(o)
+        return out
     if f.kind in CONTROL:
         return set(f.instrs[0].operands)
     return _behind(f)[1]
