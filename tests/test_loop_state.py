@@ -17,7 +17,7 @@ What a recurrent layer's train step does in its loops, each a copy tfjit used to
   entry;
 - an update in place splits its window into rows (codegen/update.py);
 - a convolution or product reads its step's window of a stack in place, at a start it
-  computes (passes/fusion.py ``library_window``), where the window's rows are 64-byte
+  computes (passes/library_operands.py ``library_window``), where the window's rows are 64-byte
   aligned.
 """
 from __future__ import annotations
@@ -163,7 +163,7 @@ def _notes(fusions) -> str:
 ])
 def test_library_calls_read_windows_of_a_stack_in_place(rng, shape, in_place):
     """A convolution and a product read this step's slice of a stacked input and of
-    stacked weights, at the counter and at the counter minus one (passes/fusion.py
+    stacked weights, at the counter and at t - 1 minus it (passes/library_operands.py
     ``library_window``; the call computes the start, codegen/library.py)."""
     t, c = shape[0], shape[-1]
     xs = tf.constant(rng.standard_normal(shape).astype(np.float32))

@@ -315,7 +315,7 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
 
 def _operand(b: ir.IRBuilder, fusion, x, plan, slot):
     """The pointer the call reads operand ``x`` at: its source's buffer (reshapes seen
-    through), past the windows of whole rows it is read through (passes/fusion.py
+    through), past the windows of whole rows it is read through (passes/library_operands.py
     ``library_window``: the start computed here, clamped as a dynamic slice's)."""
     offset = None
     while x in fusion.aliases:
@@ -339,7 +339,7 @@ _PREDICATES = {Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=", Op.GT: ">", Op
 
 
 def _scalar(b: ir.IRBuilder, s, plan, slot):
-    """Integer scalar ``s`` (fusion.start_leaves' forms) as an i64, a predicate as an i1."""
+    """Integer scalar ``s`` (library_operands.start_leaves' forms) as an i64, a predicate as an i1."""
     if s.op is Op.CONSTANT:
         v = s.value.reshape(-1)[0]
         return ir.Constant(ir.IntType(1), int(bool(v))) if s.dtype.kind == "bool" else i64(int(v))

@@ -95,7 +95,8 @@ def _instr(c: Module, i, after: str) -> None:
 
 def fusions(m: Module, kernels: list, after: str = "fusion", top: bool = True) -> None:
     """Checks the kernels of ``m`` (and those of the computations control kernels call)."""
-    from tfjit.passes.fusion import in_memory, is_cheap, library_source, output_views
+    from tfjit.passes.fusion import in_memory, is_cheap, output_views
+    from tfjit.passes.library_operands import library_source
     written = {}
     for f in kernels:
         inside = set(f.instrs)

@@ -29,9 +29,9 @@ value costs n + 3 passes.  Where the readers end up in one kernel anyway, the
 copies are the same arithmetic done twice in registers.
 
 A while loop's state is the one dense reader that gets copies too: a broadcast (or a
-constant of one value) that starts several carried values (CSE makes one zeros of every stack a recurrent layer
-saves its activations in) becomes one broadcast per carried value, so each is written
-straight into its state buffer.  Shared, one state took the buffer over and the
+constant of one value) that starts several carried values (CSE makes one zeros of
+every stack a recurrent layer saves its activations in) becomes one per carried value,
+so each is written straight into its state buffer.  Shared, one state took the buffer over and the
 loop's entry copied it into the others: 7 x 12.6 MB a ConvLSTM2D(64) train step,
 where each broadcast's kernel only writes.
 """

@@ -21,8 +21,9 @@ The kernel kinds:
 * ``library`` one runtime-library call (dot, convolution: ``Kind.LIBRARY``).  Its
               operands must be dense buffers, so each is a parameter or a kernel
               root of its own -- cheap values included, which are otherwise never
-              materialised -- seen through reshapes, which the call reads in place
-              (``aliases``: a row-major reshape does not move data).
+              materialised -- seen through reshapes and windows of whole rows,
+              which the call reads in place (``aliases``;
+              passes/library_operands.py).
 * ``update``  one dynamic-update-slice: reads its operand and update from memory
               (dense buffers, as a library call's), computes its start indices
               in the kernel, and writes the window -- in place when buffer
@@ -60,13 +61,13 @@ from tfjit.passes.iteration import (SPLIT_MAX_OUTPUTS, SPLIT_MIN_ELEMENTS, choos
 from tfjit.passes.kernel_graph import KernelGraph, reads_any
 # the kernel data model (passes/kernels.py), which later stages also read as fusion.X
 from tfjit.passes import windows
+from tfjit.passes.library_operands import library_window, start_leaves
 from tfjit.passes.kernels import (CONTROL, OWN_KERNEL, Fusion, KernelKind, in_memory, is_cheap, reductions,
                                   row_names)
 
 MAX_OPERANDS_AND_OUTPUTS = 64   # buffers a merge of sibling kernels may read and write (as XLA)
 PRODUCER_MIN_ELEMENTS = 1 << 15  # loop kernels merged into a column reduction that reads them
 VIEW_MIN_ROW = 64               # elements per row of a kernel that writes an output's reshape
-WINDOW_ALIGN = 64               # bytes: TF's kernels take a tensor as 64-byte aligned (abi.ALIGN)
 
 
 _OWN_KERNEL_WHY = {
@@ -230,58 +231,6 @@ def _update_reading_reshape(b: _Builder, i: Instr, outputs: set) -> Fusion | Non
             or i in u.operands[:1] + u.operands[2:] for u in b.users[i]):
         return None
     return f
-
-
-def library_source(f: Fusion, x: Instr) -> Instr:
-    """The buffer a library kernel reads for its operand ``x`` (reshapes and windows seen
-    through)."""
-    while x in f.aliases:
-        x = f.aliases[x]
-    return x
-
-
-def library_window(i: Instr) -> bool:
-    """Whether a library call may read dynamic slice ``i`` in place: a window of whole rows
-    of a parameter (what a recurrent layer's gradient reads of its saved activations and
-    of its filters' slices, once a step; as a copy, 2 MB a step in ConvLSTM2D(64)), at
-    a start the call computes from memory and constants (``start_leaves``), and at a
-    multiple of the 64 bytes TF's kernels assume of a tensor."""
-    if i.op is not Op.DYNAMIC_SLICE or not in_memory(i.operands[0]):
-        return False
-    x, sizes = i.operands[0], i.shape
-    cut = next((d for d, (n, dim) in enumerate(zip(sizes, x.shape)) if n < dim), x.rank)
-    if any(n != 1 for n in sizes[:cut]):
-        return False
-    row = math.prod(x.shape[cut + 1:]) * x.dtype.itemsize if cut < x.rank else 0
-    if cut < x.rank and row % WINDOW_ALIGN:
-        return False
-    return all(start_leaves(s) is not None for s in i.operands[1:])
-
-
-START_OPS = {Op.ADD, Op.SUB, Op.MUL, Op.CONVERT, Op.RESHAPE, Op.SELECT,
-             Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
-
-
-def start_leaves(s: Instr, depth: int = 0) -> set | None:
-    """The values in memory scalar start ``s`` is computed from (parameters, results of
-    control flow), or None when it is more than integer arithmetic (sums, differences,
-    products, comparisons and selects: TF's index of a Python-style ``x[i]`` wraps a
-    negative i) over those and constants; codegen/library.py computes it."""
-    if s.size != 1 or not (s.dtype.is_int or s.dtype.kind == "bool"):
-        return None
-    if s.op is Op.CONSTANT:
-        return set()
-    if in_memory(s):
-        return {s}
-    if depth > 8 or s.op not in START_OPS:
-        return None
-    out = set()
-    for o in s.operands:
-        leaves = start_leaves(o, depth + 1)
-        if leaves is None:
-            return None
-        out |= leaves
-    return out
 
 
 def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
