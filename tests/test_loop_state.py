@@ -17,8 +17,10 @@ What a recurrent layer's train step does in its loops, each a copy tfjit used to
   entry;
 - an update in place splits its window into rows (codegen/update.py);
 - a convolution or product reads its step's window of a stack in place, at a start it
-  computes (passes/library_operands.py ``library_window``), where the window's rows are 64-byte
-  aligned.
+  computes (passes/library_operands.py ``library_window``), where the window's rows are
+  64-byte aligned;
+- an update computes a cheap value (zeros) itself rather than reading it from a kernel
+  of its own (passes/fusion.py's dense rule).
 """
 from __future__ import annotations
 
@@ -180,3 +182,22 @@ def test_library_calls_read_windows_of_a_stack_in_place(rng, shape, in_place):
     notes = _notes(_compiled(f, xs, ws, ms).fusions)
     windows = notes.count("a window of whole rows of a buffer")
     assert windows == (3 if in_place else 2), notes          # the input's window, or not
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (1, 7)])
+def test_an_update_computes_a_cheap_value_itself(rng, shape):
+    """Zeros written into a stack each step (a gradient loop's output sequence) are
+    computed by the update kernel, not written by a kernel of their own first."""
+    x = tf.constant(rng.standard_normal((4, *shape)).astype(np.float32))
+
+    def f(x):
+        def body(i, h, ta, zs):
+            h = tf.tanh(h + x[i])
+            return i + 1, h, ta.write(i, h), zs.write(i, tf.zeros(shape) + 0.5)
+        _, h, ta, zs = tf.while_loop(lambda i, *_: i < 4, body, (
+            0, x[0], tf.TensorArray(tf.float32, size=4), tf.TensorArray(tf.float32, size=4)))
+        return h, ta.stack(), zs.stack()
+    _check(f, x)
+    (loop,) = _loops(_compiled(f, x))
+    roots = [r for g in loop.called[1] for r in g.roots]
+    assert not [r for r in roots if r.op.name in ("BROADCAST", "CONSTANT")], roots

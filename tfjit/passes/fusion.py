@@ -284,7 +284,11 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
             update.notes.append(f"{i!r} is read in place by {update.name}: a reshape moves no data")
             continue
         dense = [u for u in b.users[i] if u in b.owner and (
-            b.owner[u].kind in CONTROL or b.owner[u].kind == "update" and i in u.operands[:2])]
+            b.owner[u].kind in CONTROL or b.owner[u].kind == "update" and i in u.operands[:2]
+            and (not is_cheap(i) or i is u.operands[0] and u.op is Op.DYNAMIC_UPDATE_SLICE))]
+        # (a cheap update, such as the zeros a gradient loop writes into the output
+        # sequence's gradient each step, is computed by the update kernel: written by a
+        # kernel of its own first, it was 2 MB more a step of ConvLSTM2D(64))
         if dense:
             b.start(i, f"it is an operand of {dense[0]!r} (read from memory)")
             continue
