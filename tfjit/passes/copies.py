@@ -73,9 +73,7 @@ class CopyPerReader:
             for k, u in enumerate(list(readers[1:]), 1):
                 made: dict = {}
                 for x in chain:             # operands first; ``users`` kept current
-                    name = next(f"{x.name}.{n}" for n in itertools.count(k)
-                                if f"{x.name}.{n}" not in names)
-                    names.add(name)
+                    name = _fresh_name(x, names, k)
                     made[x] = y = dataclasses.replace(
                         x, name=name, attrs=dict(x.attrs),
                         operands=tuple(made.get(o, o) for o in x.operands))
@@ -133,6 +131,14 @@ def _chain(v: Instr, users: dict) -> list | None:
     return chain
 
 
+def _fresh_name(x: Instr, names: set, first: int = 1) -> str:
+    """A name for a copy of x: x's with the first free suffix from ``first`` (kept in
+    ``names``)."""
+    name = next(f"{x.name}.{n}" for n in itertools.count(first) if f"{x.name}.{n}" not in names)
+    names.add(name)
+    return name
+
+
 def _splat(x: Instr) -> bool:
     """A broadcast, or a constant of one value (small stacks' zeros are folded)."""
     if x.op is Op.CONSTANT:
@@ -153,8 +159,7 @@ def _own_loop_inits(c: Module) -> bool:
                 last = x not in w.operands[k + 1:]
                 if not _splat(x) or (last and users[x] == [w]):
                     continue         # (the last position keeps x where nothing else reads it)
-                name = next(f"{x.name}.{n}" for n in itertools.count(1) if f"{x.name}.{n}" not in names)
-                names.add(name)
+                name = _fresh_name(x, names)
                 operands[k] = dataclasses.replace(x, name=name, attrs=dict(x.attrs))
                 out.append(operands[k])
                 if last:
