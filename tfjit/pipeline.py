@@ -45,7 +45,7 @@ from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor, Repea
 from tfjit.passes.collapse import CollapseDims
 from tfjit.passes.copies import CopyPerReader
 from tfjit.passes.reductions import TwoStageReductions
-from tfjit.passes.transposes import CancelTransposes
+from tfjit.passes.transposes import CancelTransposes, ScatterBetweenTransposes
 from tfjit.runtime import cuda, launch, launch_gpu, warmup
 
 
@@ -201,7 +201,8 @@ class _OnModule:
 
 
 PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(),
-          FoldConvolutionBias(), MergeSiblingConvolutions(), TwoStageReductions(), DCE(),
+          ScatterBetweenTransposes(), FoldConvolutionBias(), MergeSiblingConvolutions(),
+          TwoStageReductions(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 

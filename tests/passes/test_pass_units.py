@@ -154,7 +154,8 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "repeats-as-broadcasts", "mish-factor",
                                       "fold-batch-into-contraction",
-                                      "cancel-transposes", "fold-convolution-bias", "merge-sibling-convolutions",
+                                      "cancel-transposes", "scatter-between-transposes",
+                                      "fold-convolution-bias", "merge-sibling-convolutions",
                                       "two-stage-reductions",
                                       "dce", "collapse-dims",
                                       "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",

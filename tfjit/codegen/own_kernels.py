@@ -4,7 +4,8 @@ Each is a ``KernelEmitter`` with its own row body (same ABI, same elemental
 generation: the operands fused into the kernel are computed inside it at the
 indices the row reads).  The fusion pass decides the rows (``own_rows.own_kernel_rows``):
 
-* scatter (segment sum): row = (segment range, column block).  The row writes
+* scatter (segment sum): row = (scatter, segment range, column block), the scatter
+  being the leading index of rank-3 data's scatters side by side.  The row writes
   the identity over its part of the result, then walks every id in input order
   and adds the data rows whose id falls in its range: each sum is formed in TF's
   order, so results are bit-identical.  Ids are checked in every row (negative:
@@ -95,8 +96,8 @@ class _OwnKernel(KernelEmitter):
 class ScatterEmitter(_OwnKernel):
     def _emit(self) -> list:
         root = self.f.roots[0]
-        ranges, blocks = scatter_blocks(root)
-        segments, columns = root.shape
+        _, ranges, blocks = scatter_blocks(root)
+        segments, columns = root.shape[-2:]
         n = root.operands[1].shape[0]
         cost = n + (n * columns + segments * columns) // (ranges * blocks)
         return [(self._function(self.name, self._row), self.f.rows, max(cost, 1))]
@@ -106,8 +107,11 @@ class ScatterEmitter(_OwnKernel):
         data, ids = root.operands[:2]
         init = root.operands[2] if len(root.operands) > 2 else None
         by_index = root.attrs.get("bounds") == "index"
-        segments, columns = root.shape
-        ranges, blocks = scatter_blocks(root)
+        segments, columns = root.shape[-2:]
+        _, ranges, blocks = scatter_blocks(root)
+        # rank 3: the row's scatter of those side by side is the leading index
+        at = (b.sdiv(row, i64(ranges * blocks)),) if root.rank == 3 else ()
+        row = b.srem(row, i64(ranges * blocks)) if at else row
         part = b.sdiv(row, i64(blocks))
         lo = b.sdiv(b.mul(part, i64(segments)), i64(ranges))
         hi = b.sdiv(b.mul(b.add(part, i64(1)), i64(segments)), i64(ranges))
@@ -115,7 +119,8 @@ class ScatterEmitter(_OwnKernel):
         first, *others = self.plan.slots[root]
         identity = const(root.dtype, scatter_identity(root.attrs["kind"], root.dtype))
         with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c, self._scope():
-            self._store(first, root, (s, c), identity if init is None else self.value(init, (s, c)))
+            self._store(first, root, at + (s, c),
+                        identity if init is None else self.value(init, at + (s, c)))
         shape = root.attrs.get("index_shape", ())
         if by_index:      # TF's words for indices, the position as the indices were shaped
             where = "[...]" if len(shape) > MAX_RANK else \
@@ -135,15 +140,16 @@ class ScatterEmitter(_OwnKernel):
             self._raise_status(code, out, (sid,) + tuple(position))
             mine = b.and_(b.icmp_signed(">=", sid, lo), b.icmp_signed("<", sid, hi))
             with b.if_then(mine), for_range(b, c_lo, c_hi, "c") as c, self._scope():
-                v = self.value(data, (j, c))
+                v = self.value(data, at + (j, c))
                 if root.attrs["kind"] == "div":      # TF's ResourceScatterDiv refuses it
                     self._raise_status(zero, self.elemental._compare(Op.EQ, root.dtype, v,
                                                                      const(root.dtype, 0)))
-                acc = self._load(first, root, (sid, c))
-                self._store(first, root, (sid, c), self._combine_exact(root.attrs["kind"], root.dtype, acc, v))
+                acc = self._load(first, root, at + (sid, c))
+                self._store(first, root, at + (sid, c),
+                            self._combine_exact(root.attrs["kind"], root.dtype, acc, v))
         for slot in others:       # the same value is several outputs
             with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c:
-                self._store(slot, root, (s, c), self._load(first, root, (s, c)))
+                self._store(slot, root, at + (s, c), self._load(first, root, at + (s, c)))
 
 
 class ScanEmitter(_OwnKernel):

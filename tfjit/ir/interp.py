@@ -388,7 +388,7 @@ def _gather(instr, vals):
 def _scatter(instr, vals):
     """Rows combined one at a time in input order (TF's CPU loop), from init or the identity."""
     data, ids = vals[:2]
-    segments = instr.shape[0]
+    segments = instr.shape[-2]
     by_index = instr.attrs.get("bounds") == "index"
     bad = (ids >= segments) | ((ids < 0) if by_index else False)
     if bad.any():
@@ -404,8 +404,8 @@ def _scatter(instr, vals):
     out = _flush(vals[2]).copy() if len(vals) > 2 else \
         np.full(instr.shape, scatter_identity(kind, instr.dtype), data.dtype)
     combine = _SCATTER_COMBINE[kind]
-    for j in np.flatnonzero(ids >= 0):
-        out[ids[j]] = _flush(combine(out[ids[j]], data[j]))
+    for j in np.flatnonzero(ids >= 0):      # [..., ids[j], :]: rank 3 is A scatters side by side
+        out[..., ids[j], :] = _flush(combine(out[..., ids[j], :], data[..., j, :]))
     return out
 
 

@@ -375,12 +375,15 @@ class Module(LibraryCalls):
         [N, C] data): negative ids are dropped, ids >= segments are a runtime error;
         ``"index"`` (TF's ResourceScatter* into a variable): every id outside
         [0, segments) is an error, in TF's words for indices, naming the position in the
-        indices as shaped before they were flattened (``index_shape``)."""
-        if kind not in SCATTER_KINDS or data.rank != 2 or ids.rank != 1 or ids.dtype not in INDEX_DTYPES \
-                or data.shape[0] != ids.shape[0] or segments < 0 or data.dtype is dt.PRED \
+        indices as shaped before they were flattened (``index_shape``).  Data of rank 3,
+        [A, N, C], is A independent scatters by the same ids: result[a, s, c]
+        (passes/transposes.py ``ScatterInPlace``: the segment sum along a middle dim
+        that TF's gather gradient makes between two transposes)."""
+        shape = data.shape[:-2] + (segments, data.shape[-1]) if data.rank in (2, 3) else None
+        if kind not in SCATTER_KINDS or shape is None or ids.rank != 1 or ids.dtype not in INDEX_DTYPES \
+                or data.shape[-2] != ids.shape[0] or segments < 0 or data.dtype is dt.PRED \
                 or bounds not in ("segment", "index") \
-                or (init is not None and (init.dtype is not data.dtype
-                                          or init.shape != (segments, data.shape[1]))):
+                or (init is not None and (init.dtype is not data.dtype or init.shape != shape)):
             raise IRError(f"scatter kind={kind} of {data.dtype.name}{list(data.shape)} by "
                           f"{ids.dtype.name}{list(ids.shape)} into {segments} segments is invalid")
         operands = (data, ids) if init is None else (data, ids, init)
@@ -388,7 +391,7 @@ class Module(LibraryCalls):
             raise IRError(f"scatter: index_shape {list(index_shape)} for {ids.shape[0]} ids")
         attrs = {"kind": kind} if bounds == "segment" else \
             {"kind": kind, "bounds": bounds, "index_shape": tuple(index_shape)}
-        return self._add(Instr(Op.SCATTER, data.dtype, (segments, data.shape[1]), operands, attrs))
+        return self._add(Instr(Op.SCATTER, data.dtype, shape, operands, attrs))
 
     def scan(self, x: Instr, kind: str, dim: int, exclusive: bool = False,
              reverse: bool = False) -> Instr:

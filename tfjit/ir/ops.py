@@ -236,7 +236,7 @@ class Op(enum.Enum):
     GET_TUPLE_ELEMENT = ("get-tuple-element", Kind.CONTROL, 1)   # attrs: index
     # data-dependent indexing (see module.py's builders for the exact shapes)
     GATHER = ("gather", Kind.GATHER, 2)          # x, indices; attrs: axis, batch_dims
-    SCATTER = ("scatter", Kind.SCATTER, -1)      # data[N,C], ids[N], (init[S,C]) -> [S,C]; attrs: kind
+    SCATTER = ("scatter", Kind.SCATTER, -1)      # data[(A,)N,C], ids[N], (init) -> [(A,)S,C]; attrs: kind
     SCAN = ("scan", Kind.SCAN, 1)                # attrs: kind (sum|prod), dim, exclusive, reverse
     TOP_K = ("top-k", Kind.SORT, 1)              # attrs: k; indices of the k largest along the last dim
 

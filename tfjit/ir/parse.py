@@ -317,7 +317,7 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
     elif op is Op.GATHER:
         instr = m.gather(xs[0], xs[1], a("axis"), a("batch_dims", 0))
     elif op is Op.SCATTER:
-        instr = m.scatter(xs[0], xs[1], a("kind"), shape[0] if shape else -1,
+        instr = m.scatter(xs[0], xs[1], a("kind"), shape[-2] if len(shape) >= 2 else -1,
                           xs[2] if len(xs) > 2 else None, a("bounds", "segment"),
                           a("index_shape", ()))
     elif op is Op.SCAN:

@@ -33,8 +33,8 @@ The kernel kinds:
               that read its results (buffers too).  ``called`` holds the kernels
               of each called computation (condition and body, or the branches),
               fused by the same policy; codegen/control.py runs them.
-* ``scatter`` one IR ``scatter`` (segment sum): rows are (segment range, column
-              block) pairs; each row zeroes its part of the result, then walks all
+* ``scatter`` one IR ``scatter`` (segment sum): rows are (scatter, segment range,
+              column block); each row zeroes its part of the result, then walks all
               ids in input order, so every sum adds in TF's order.
 * ``scan``    one IR ``scan`` (cumulative sum): rows are (outer index, column block);
               each walks the scanned dim serially, the block's columns vectorised.

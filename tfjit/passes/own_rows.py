@@ -25,20 +25,22 @@ def scan_geometry(root: Instr) -> tuple:
 
 
 def scatter_blocks(root: Instr) -> tuple:
-    """(segment ranges, column blocks) of a scatter kernel's rows.
+    """(scatters, segment ranges, column blocks) of a scatter kernel's rows.
 
-    Column blocks (``COLUMN_BLOCK`` wide) are independent.  Segment ranges are too,
-    but each row reads every id: r ranges cost (r - 1) * N extra id reads against
-    N * C adds, so a scatter splits into at most C / 8 ranges, and only when large.
-    (Measured, one thread, f32 1M x 1 -> 1000 segments: 8 ranges took 33 ms, one 1 ms;
-    8192 x 128 -> 50000: 11 ms, TF 48 ms.)"""
-    segments, columns = root.shape
+    The scatters side by side of rank-3 data are independent, and so are column
+    blocks (``COLUMN_BLOCK`` wide).  Segment ranges are too, but each row reads every
+    id: r ranges cost (r - 1) * N extra id reads against N * C adds, so a scatter
+    splits into at most C / 8 ranges, and only when large and not already split into
+    ``SCATTER_SEGMENT_BLOCKS`` scatters.  (Measured, one thread, f32 1M x 1 -> 1000
+    segments: 8 ranges took 33 ms, one 1 ms; 8192 x 128 -> 50000: 11 ms, TF 48 ms.)"""
+    segments, columns = root.shape[-2:]
+    scatters = math.prod(root.shape[:-2])
     n = root.operands[1].shape[0]
     blocks = max(1, math.ceil(columns / COLUMN_BLOCK))
     ranges = 1
-    if root.size + n * columns >= SCATTER_PARALLEL_MIN:
+    if scatters < SCATTER_SEGMENT_BLOCKS and root.size + scatters * n * columns >= SCATTER_PARALLEL_MIN:
         ranges = max(1, min(segments, SCATTER_SEGMENT_BLOCKS, columns // 8))
-    return ranges, blocks
+    return scatters, ranges, blocks
 
 
 def topk_merges(root: Instr) -> bool:
@@ -57,6 +59,5 @@ def own_kernel_rows(f) -> int:
         outer, n, inner = scan_geometry(root)
         return outer * math.ceil(inner / COLUMN_BLOCK) if root.size else 0
     if f.kind == "scatter":      # ids are checked even when the result is empty
-        ranges, blocks = scatter_blocks(root)
-        return ranges * blocks if root.size or root.operands[1].size else 0
+        return math.prod(scatter_blocks(root)) if root.size or root.operands[1].size else 0
     return min(math.prod(root.shape[:-1]), TOPK_CHUNKS) if root.size else 0
