@@ -161,8 +161,8 @@ def _recurrent_convolutions(x, ws, steps=4):
 
 
 def _loop_groups(compiled) -> list:
-    from tfjit.passes import fusion
-    return [compiled.plan.control[f].groups for f in fusion.walk(compiled.fusions)
+    from tfjit.passes import kernel_order
+    return [compiled.plan.control[f].groups for f in kernel_order.walk(compiled.fusions)
             if f.kind == "while" and compiled.plan.control[f].groups]
 
 

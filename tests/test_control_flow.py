@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import tfjit
 from tests.oracle import assert_matches
-from tfjit.passes import fusion
+from tfjit.passes import kernel_order
 
 F32 = tf.float32
 
@@ -31,7 +31,7 @@ def same(got, want, **tol):
 
 def loop_modes(compiled) -> list:
     """The buffer plan's mode of every carried value of every loop (outermost first)."""
-    return [compiled.plan.control[f].modes for f in fusion.walk(compiled.fusions) if f.kind == "while"]
+    return [compiled.plan.control[f].modes for f in kernel_order.walk(compiled.fusions) if f.kind == "while"]
 
 
 def unsupported(fn, *args) -> str:

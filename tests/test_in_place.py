@@ -77,11 +77,11 @@ def test_long_rows_are_not_vectorised_across_rows(rng):
 def _slots(c, name_of_op: str):
     """The slots of the first kernel root whose instruction is ``name_of_op``, and of the
     values that kernel reads."""
-    from tfjit.passes import fusion
+    from tfjit.passes import kernel_order
     for f in c.fusions:
         for r in f.roots:
             if r.op.value == name_of_op or r.name.startswith(name_of_op):
-                return c.plan.slots[r], {x.name: c.plan.slots.get(x) for x in fusion.reads(f)}, f
+                return c.plan.slots[r], {x.name: c.plan.slots.get(x) for x in kernel_order.reads(f)}, f
     raise AssertionError(f"no kernel root {name_of_op}")
 
 

@@ -8,8 +8,8 @@ What a recurrent layer's train step does in its loops, each a copy tfjit used to
   that reads it (passes/kernels.py ``INDEX_ARITHMETIC``), the window is read in place
   by them all instead of copied once they were two;
 - the forward loop saves the current state in a stack and computes the next one: the
-  saving kernels run before the one that writes the next state (passes/fusion.py
-  ``_schedule``), so the state is updated in place, not double-buffered;
+  saving kernels run before the one that writes the next state (passes/kernel_order.py
+  ``schedule``), so the state is updated in place, not double-buffered;
 - a kernel of several roots that writes a carried value's next value where it reads
   the current one updates it in place (passes/buffers.py ``_carried_in_place``);
 - stacks started by one (CSE'd) zeros get a broadcast each (passes/copies.py
@@ -32,7 +32,7 @@ import tensorflow as tf
 
 import tfjit
 from oracle import assert_matches
-from tfjit.passes import fusion
+from tfjit.passes import kernel_order
 
 
 def _compiled(f, *args):
@@ -48,7 +48,7 @@ def _check(f, *args, tol=1e-5):
 
 
 def _loops(compiled) -> list:
-    return [f for f in fusion.walk(compiled.fusions) if f.kind == "while"]
+    return [f for f in kernel_order.walk(compiled.fusions) if f.kind == "while"]
 
 
 def _modes(compiled) -> list:
@@ -155,7 +155,7 @@ def test_a_window_updated_in_place_is_split_into_rows(rng, shape):
 
 
 def _notes(fusions) -> str:
-    return "\n".join(n for f in fusion.walk(fusions) for n in f.notes)
+    return "\n".join(n for f in kernel_order.walk(fusions) for n in f.notes)
 
 
 @pytest.mark.parametrize("shape, in_place", [

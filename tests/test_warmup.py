@@ -9,13 +9,13 @@ import tfjit
 from tfjit import pipeline
 from tfjit.codegen import library
 from tfjit.ir import text
-from tfjit.passes import fusion
+from tfjit.passes import kernel_order
 from tfjit.runtime import warmup
 
 
 def _library_roots(src: str) -> list:
     o = pipeline.optimize(text.parse_module(src))
-    return [f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library"]
+    return [f.roots[0] for f in kernel_order.walk(o.fusions) if f.kind == "library"]
 
 
 DOT = ("module m {{\n  %p0 = {t}[8,16] parameter(0)\n  %p1 = {t}[16,4] parameter(1)\n"

@@ -37,7 +37,7 @@ from tfjit.graph.graphdef import Graph
 from tfjit.ir import text, verify
 from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
-from tfjit.passes import buffers, concurrency, fusion
+from tfjit.passes import buffers, concurrency, fusion, kernel_order
 from tfjit.passes.dots import FoldBatchIntoContraction
 from tfjit.passes.epilogue import FoldConvolutionBias
 from tfjit.passes.sibling_convs import MergeSiblingConvolutions
@@ -254,7 +254,7 @@ class Emitted:
 def emit(o: Optimized, target: Target, name: str) -> Emitted:
     """The kernels of ``o`` as LLVM IR for ``target``; NotForTarget when the module needs
     what the target lacks (a dot or convolution on a target without a runtime library)."""
-    kinds = {f.kind for f in fusion.walk(o.fusions)}
+    kinds = {f.kind for f in kernel_order.walk(o.fusions)}
     if o.module.output_rows and (target.gpu_arch or target.compiler is None):   # GPU, AOT
         j = next(iter(o.module.output_rows))
         raise NotForTarget(o.module.outputs[j], f"{target.name} code cannot return a result whose "
@@ -263,11 +263,11 @@ def emit(o: Optimized, target: Target, name: str) -> Emitted:
     if target.gpu_arch:
         nvptx.refuse(o.fusions, target)
     if "library" in kinds and not target.library_prefix:
-        i = next(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library")
+        i = next(f.roots[0] for f in kernel_order.walk(o.fusions) if f.kind == "library")
         raise NotForTarget(i, f"{target.name} code cannot call the runtime library "
                               "(dot, convolution and its gradients)")
     if target.library_prefix and target.library_prefix != "tfjit_rt_":
-        for f in fusion.walk(o.fusions):
+        for f in kernel_order.walk(o.fusions):
             if f.kind == "library" and library.call_kind(f.roots[0]) in library.ONLY_UNDER_TF:
                 raise NotForTarget(f.roots[0], f"{target.name} code cannot run TF's "
                                    f"{library.tf_op(f.roots[0])} kernel (its runtime has no FFT: "
@@ -373,12 +373,12 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
         _profile.restart()
     signature = m.boundary_params()
     o = optimize(m, after_pass=after_pass)
-    kernels = sum(1 for _ in fusion.walk(o.fusions))
+    kernels = sum(1 for _ in kernel_order.walk(o.fusions))
     if max_kernels and kernels > max_kernels:
         raise TooLarge(f"{kernels} kernels after fusion, more than the {max_kernels} that "
                        "auto mode compiles (--tfjit_auto_max_kernels)")
     target = jit_target()
-    if library.runs_onednn_gemm(f.roots[0] for f in fusion.walk(o.fusions) if f.kind == "library"):
+    if library.runs_onednn_gemm(f.roots[0] for f in kernel_order.walk(o.fusions) if f.kind == "library"):
         warmup.start()       # oneDNN's GEMM code generated beside LLVM (runtime/warmup.py)
     e = emit(o, target, name)
     _mark("emit LLVM IR")

@@ -35,7 +35,8 @@ from llvmlite import ir
 
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Op
-from tfjit.passes.fusion import Fusion, KernelKind, is_cheap, reads
+from tfjit.passes.fusion import Fusion, KernelKind, is_cheap
+from tfjit.passes.kernel_order import reads
 
 KEYED = (KernelKind.LOOP, KernelKind.REDUCE)     # emitter.KernelEmitter's kinds
 
@@ -111,7 +112,7 @@ def body_key(f: Fusion, plan) -> tuple:
     """What the body of loop or reduce kernel ``f`` is made of, as a hashable value.
 
     The instructions the body computes (``f.instrs`` and the cheap ones outside that it
-    recomputes, as ``fusion.reads`` walks them) are numbered in a canonical depth-first
+    recomputes, as ``kernel_order.reads`` walks them) are numbered in a canonical depth-first
     order and described by op, type, attributes and constant values, with operands as
     numbers; each value it loads instead (``reads``) by type and the positions of its
     slots among the body's arguments (the sorted slots, see ``KernelEmitter._function``),
@@ -130,7 +131,7 @@ def body_key(f: Fusion, plan) -> tuple:
         if i in loaded:
             desc = ("read", i.dtype.name, i.shape, tuple(rank[s] for s in plan.slots[i]))
         else:
-            if i not in inside and not is_cheap(i):       # fusion.reads' rule, checked
+            if i not in inside and not is_cheap(i):       # kernel_order.reads' rule, checked
                 raise SharingError(f"{i!r} is neither computed nor read by {f.name}")
             operands = tuple(visit(o) for o in i.operands)
             desc = ("in" if i in inside else "cheap", i.op.spelling, i.dtype.name, i.shape,

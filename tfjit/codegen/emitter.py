@@ -35,7 +35,8 @@ from tfjit.ir.indexing import ZERO, operand_index, reshape_groups
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Kind, Op
 from tfjit.passes.cost import element_cycles
-from tfjit.passes.fusion import Fusion, reads
+from tfjit.passes.fusion import Fusion
+from tfjit.passes.kernel_order import reads
 from tfjit.passes.kernels import FLAT_BLOCK
 from tfjit.runtime import abi
 

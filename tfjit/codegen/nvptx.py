@@ -46,7 +46,8 @@ from tfjit.codegen import lanes, llvm_cpu, llvm_target
 from tfjit.codegen.llvm_types import I64, PTR, VOID
 from tfjit.codegen.target import Compiler, NotForTarget, Target
 from tfjit.ir.ops import COMPLEX_LIBM, SPECIAL, Op
-from tfjit.passes.fusion import KernelKind, walk
+from tfjit.passes.fusion import KernelKind
+from tfjit.passes.kernel_order import walk
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # LLVM's NVPTX layout for 64-bit pointers (tests/test_nvptx.py checks it against the

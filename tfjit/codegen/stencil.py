@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from tfjit.codegen.llvm_types import i64, no_unroll
 from tfjit.ir.ops import Op
-from tfjit.passes.fusion import recomputed
+from tfjit.passes.kernel_order import recomputed
 
 BLOCKS = (4, 3, 2)
 MIN_TAPS = 3

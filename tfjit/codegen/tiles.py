@@ -29,7 +29,7 @@ from llvmlite import ir
 from tfjit.codegen.llvm_types import for_range, i64, storage_type, value_type
 from tfjit.ir.indexing import ZERO, operand_index
 from tfjit.ir.ops import Op
-from tfjit.passes.fusion import recomputed
+from tfjit.passes.kernel_order import recomputed
 
 TILE_ROWS = 16        # results of a block along q: 64 bytes of an f32 operand's row
 TILE_COLUMNS = TILE_ROWS   # along the last dim (operand lines a tile holds): square, to

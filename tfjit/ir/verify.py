@@ -124,7 +124,7 @@ def fusions(m: Module, kernels: list, after: str = "fusion", top: bool = True) -
 
 def buffer_plan(m: Module, kernels: list, plan, align: int, after: str = "buffer-assignment") -> None:
     """Checks that every root has a slot and every temp lies aligned inside the arena."""
-    from tfjit.passes.fusion import walk
+    from tfjit.passes.kernel_order import walk
     for f in walk(kernels):
         for r in f.roots:
             if not plan.slots.get(r):
@@ -148,7 +148,7 @@ def concurrent_groups(m: Module, kernels: list, groups: list, plan, after: str =
         _fail(after, m, f"kernels {a.name} and {b.name} share {memory} in one concurrent group")
     for reader, memory, writer in clobbered(m, kernels, plan):
         _fail(after, m, f"{reader.name} reads {memory} after {writer.name} overwrote its bytes")
-    from tfjit.passes.fusion import walk
+    from tfjit.passes.kernel_order import walk
     for f in walk(kernels):                  # a loop body's groups (concurrency.schedule_loops)
         body_groups = getattr(plan.control.get(f), "groups", None)
         if body_groups:

@@ -47,6 +47,7 @@ import numpy as np
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Op
 from tfjit.passes import fusion as fusion_mod
+from tfjit.passes import kernel_order
 from tfjit.passes import iteration
 from tfjit.passes.kernels import reductions
 from tfjit.passes.own_rows import topk_merges
@@ -143,7 +144,7 @@ class _Kernels:
         for n, f in enumerate(fusions):
             for r in f.roots:
                 self.writer.setdefault(r, n)
-            for x in fusion_mod.reads(f):
+            for x in kernel_order.reads(f):
                 self.readers.setdefault(x, []).append(n)
 
 
@@ -176,7 +177,7 @@ class _Assigner:
     def place(self, m: Module, fusions: list) -> None:
         users = m.users()
         last_read = {} if any(f.kind in fusion_mod.CONTROL for f in fusions) else {
-            x: n for n, f in enumerate(fusions) for x in fusion_mod.reads(f)
+            x: n for n, f in enumerate(fusions) for x in kernel_order.reads(f)
             if x.op is not Op.PARAMETER}   # (a loop body's parameter may be the caller's
         # temp, read again by the next iteration)
         for f in fusions:       # an updated output: its operand's kernel writes the output buffer
@@ -403,9 +404,9 @@ def _lowest_waste_gap(placed, lo: int, hi: int, size: int) -> int:
 
 
 def read_values(f, slots: dict) -> set:
-    """Values with a buffer that kernel f may read: ``fusion.reads(f)`` plus every cheap
+    """Values with a buffer that kernel f may read: ``kernel_order.reads(f)`` plus every cheap
     value on the way that has a buffer of its own (a superset is safe here)."""
-    out = set(fusion_mod.reads(f))
+    out = set(kernel_order.reads(f))
     if f.kind == "library":
         out.update(f.roots[0].operands)
     inside, stack, seen = set(f.instrs), list(f.instrs), set()
@@ -440,13 +441,13 @@ def _carried_in_place(k: int, body: Module, fusions: list) -> str | None:
     writer = next(n for n, f in enumerate(fusions) if out in f.roots)
     w = fusions[writer]
     for n, f in enumerate(fusions):
-        if p not in fusion_mod.reads(f):
+        if p not in kernel_order.reads(f):
             continue
         if f.kind in fusion_mod.CONTROL:
             return f"{f.name} (a {f.kind}) reads it"
         if n > writer:
             return f"{f.name} reads it after {w.name} wrote its next value"
-    if p not in fusion_mod.reads(w):
+    if p not in kernel_order.reads(w):
         return None
     if w.kind == "update":
         dus = w.roots[0]

@@ -48,6 +48,7 @@ import numpy as np
 from tfjit.passes import buffers
 from tfjit.passes import cost as cost_mod
 from tfjit.passes import fusion as fusion_mod
+from tfjit.passes import kernel_order
 
 # Rough single-thread rates for the estimate below (ns per unit): what matters is the
 # order of magnitude, to tell a kernel worth a thread (a convolution of a few hundred
@@ -119,7 +120,7 @@ def schedule_loops(m, fusions: list, plan) -> None:
     A ConvLSTM2D's gradient step is twelve convolutions that depend on three inputs,
     which TF's executor ran two at a time beside its other ops, and tfjit one after
     another.  Bodies that hold control flow keep their schedule."""
-    for f in fusion_mod.walk(fusions):
+    for f in kernel_order.walk(fusions):
         if f.kind != "while" or len(f.called) < 2:
             continue
         body = f.called[1]

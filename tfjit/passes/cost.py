@@ -31,6 +31,7 @@ import math
 
 from tfjit.ir.ops import LIBM, SOLVER_ATTRS, SPECIAL, SPECTRAL_ATTRS, Kind, Op
 from tfjit.passes import fusion as fusion_mod
+from tfjit.passes import kernel_order
 from tfjit.passes.kernels import reductions
 
 TRANSCENDENTAL = frozenset({
@@ -160,7 +161,7 @@ def kernel_cost(f, plan) -> KernelCost:
     for i in evaluated(f):
         a, b = instr_cost(i)
         flops, transcendentals = flops + a, transcendentals + b
-    read = sum(_nbytes(b) for b in fusion_mod.reads(f))
+    read = sum(_nbytes(b) for b in kernel_order.reads(f))
     written = sum(_nbytes(r) * len(plan.slots.get(r, [None])) for r in f.roots)
     if f in plan.scratch:        # partials: written by phase 1, read back by phase 2
         partials = sum(r.size * f.split * r.dtype.itemsize for r in reductions(f))

@@ -19,7 +19,7 @@ class KernelGraph:
     walk over a's producers that never goes below t's level."""
 
     def __init__(self, fusions: list, rd: dict, owner: dict):
-        """``rd``: the buffers each kernel reads (``fusion.reads``); ``owner``: the
+        """``rd``: the buffers each kernel reads (``kernel_order.reads``); ``owner``: the
         kernel of each instruction."""
         self.producers = {f: {owner[r] for r in rd[f] if r in owner} - {f} for f in fusions}
         self.consumers = {f: set() for f in fusions}
