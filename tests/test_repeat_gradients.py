@@ -167,3 +167,59 @@ def test_an_upsampling_then_pooling_model_trains_as_tensorflow():
     for got, want in zip(tfjit.function(step, jit_compile=True)(x), tf.function(step)(x)):
         scale = max(float(np.max(np.abs(want.numpy()))), 1.0)
         assert_matches(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5 * scale)
+
+
+# Two sums of a few elements, the second reading each output of the first once: the
+# gradient of a 2x2 nearest upsampling as TF's tape makes it (over W pairs, then H).
+TWO_SUMS = """module m {{
+  %p0 = f32[{n},{s},{s},{c}] parameter(0)
+  %reshape.1 = f32[{n},{s},{h},{k},{c}] reshape(%p0)
+  %transpose.2 = f32[{n},{s},{h},{c},{k}] transpose(%reshape.1), perm={{0,1,2,4,3}}
+  %reduce.3 = f32[{n},{s},{h},{c}] reduce(%transpose.2), kind=sum, ndims=1
+  %reshape.4 = f32[{n},{h},{k},{h},{c}] reshape(%reduce.3)
+  %transpose.5 = f32[{n},{h},{h},{c},{k}] transpose(%reshape.4), perm={{0,1,3,4,2}}
+  %reduce.6 = f32[{n},{h},{h},{c}] reduce(%transpose.5), kind=sum, ndims=1
+  ROOT (%reduce.6{extra})
+}}
+"""
+
+
+@pytest.mark.parametrize("k,extra,kernels", [
+    (2, "", 1),                     # the upsampling's gradient: one kernel
+    (8, "", 1),                     # INLINE_REDUCE_MAX elements an output
+    (16, "", 2),                    # more: the first sum is written by a kernel of its own
+    (2, ", %reduce.3", 2)])         # the first sum is an output too
+def test_a_few_elements_summed_where_a_reduction_reads_them(k, extra, kernels):
+    text = TWO_SUMS.format(n=2, s=4 * k, h=4, k=k, c=16, extra=extra)
+    m = parse_module(text)
+    fusions = fusion.fuse(m)
+    assert len(fusions) == kernels, [f.notes for f in fusions]
+    if kernels == 1:
+        (f,) = fusions
+        assert any("reduced where" in n for n in f.notes) and f.column, f.notes
+
+
+UPSAMPLED = [("batch", 4, 7, 16, 2), ("one-image", 1, 5, 16, 2), ("one-channel", 2, 6, 1, 2),
+             ("prime-channels", 3, 5, 17, 2), ("one-pixel", 2, 1, 32, 2), ("by-8", 2, 3, 16, 8)]
+
+
+@pytest.mark.parametrize("n,q,c,r", [u[1:] for u in UPSAMPLED], ids=[u[0] for u in UPSAMPLED])
+def test_the_gradient_of_a_nearest_upsampling_matches_tensorflow(n, q, c, r):
+    """tf.repeat twice (Keras UpSampling2D's nearest mode): its gradient is two sums of r,
+    one kernel where 16 or more channels lie side by side; NaN and infinities pass."""
+    rng = np.random.default_rng(n * 100 + q * 10 + c)
+    g = rng.standard_normal((n, r * q, r * q, c)).astype(np.float32)
+    g.flat[::7] = np.inf
+    g.flat[3::11] = np.nan
+    g.flat[5::13] = -0.0
+
+    def grad(x, g):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.repeat(tf.repeat(x, r, axis=1), r, axis=2)
+        return tape.gradient(y, x, g)
+    x, g = tf.zeros((n, q, q, c)), tf.constant(g)
+    jit = tfjit.function(grad, jit_compile=True)
+    assert_matches(jit(x, g).numpy(), tf.function(grad)(x, g).numpy(), rtol=0, atol=0)
+    if c >= 16:
+        assert len(jit.compiled(x, g).fusions) == 1, jit.compiled(x, g).module_after

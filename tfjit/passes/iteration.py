@@ -77,6 +77,10 @@ def symbolic_reads(f: Fusion) -> dict:
             out.setdefault(i, set()).add(idx)
             continue
         for k, o in enumerate(i.operands):
+            if i.op is Op.REDUCE and idx != "opaque":    # one computed where it is read
+                extra = i.operands[0].rank - i.rank      # (fusion ``inlined``): dims of its own
+                stack.append((o, idx + tuple(f"{i.name}.r{n}" for n in range(extra))))
+                continue
             mapped = operand_index(i, k, idx) if idx != "opaque" and i.op.kind is not Kind.REDUCE else None
             if mapped is None and idx != "opaque" and i.op is Op.RESHAPE:
                 mapped = _reshape_index(o, i, idx, sizes)
