@@ -42,6 +42,9 @@ from tfjit.passes.buffers import topk_key_bytes, topk_row_bytes
 from tfjit.passes.own_rows import COLUMN_BLOCK, scan_geometry, scatter_blocks, topk_merges
 
 
+ID_CHUNK = 512      # ids a segment-range row of a scatter compacts at a time (on its stack)
+
+
 def _min(b, x, n: int):
     return b.select(b.icmp_signed("<", x, i64(n)), x, i64(n))
 
@@ -130,7 +133,9 @@ class ScatterEmitter(_OwnKernel):
             words = f"segment_ids[{{1}}] = {{0}} is out of range [0, {segments})"   # flat
         code = self.error_code(f"scatter {{{{node {root.source}}}}}: {words}")
         zero = self.error_code(f"scatter {{{{node {root.source}}}}}: updates must not contain 0")
-        with for_range(b, 0, ids.shape[0], "j") as j, self._scope():
+        def checked(j):
+            """ids[j] as i64, raising TF's error where it is out of range; and whether
+            it falls in this row's segments."""
             sid = self._to_i64(self.value(ids, (j,)), ids.dtype)
             # unsigned compare: a negative id is out of range too, when ids are indices
             out = b.icmp_unsigned(">=", sid, i64(segments)) if by_index else \
@@ -138,8 +143,10 @@ class ScatterEmitter(_OwnKernel):
             position = ((j,) if not by_index else self._unravel(j, shape) if len(shape) <= MAX_RANK
                         else ())
             self._raise_status(code, out, (sid,) + tuple(position))
-            mine = b.and_(b.icmp_signed(">=", sid, lo), b.icmp_signed("<", sid, hi))
-            with b.if_then(mine), for_range(b, c_lo, c_hi, "c") as c, self._scope():
+            return sid, b.and_(b.icmp_signed(">=", sid, lo), b.icmp_signed("<", sid, hi))
+
+        def add(j, sid):
+            with for_range(b, c_lo, c_hi, "c") as c, self._scope():
                 v = self.value(data, at + (j, c))
                 if root.attrs["kind"] == "div":      # TF's ResourceScatterDiv refuses it
                     self._raise_status(zero, self.elemental._compare(Op.EQ, root.dtype, v,
@@ -147,9 +154,39 @@ class ScatterEmitter(_OwnKernel):
                 acc = self._load(first, root, at + (sid, c))
                 self._store(first, root, at + (sid, c),
                             self._combine_exact(root.attrs["kind"], root.dtype, acc, v))
+
+        n = ids.shape[0]
+        if ranges == 1:     # (nearly) every id is the row's: a branch the CPU predicts
+            with for_range(b, 0, n, "j") as j, self._scope():
+                sid, mine = checked(j)
+                with b.if_then(mine):
+                    add(j, sid)
+        else:
+            self._compacted(n, checked, add)
         for slot in others:       # the same value is several outputs
             with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c:
                 self._store(slot, root, at + (s, c), self._load(first, root, at + (s, c)))
+
+
+    def _compacted(self, n: int, checked, add) -> None:
+        """Walks the ids ``ID_CHUNK`` at a time: first, without a branch, the positions
+        (and ids) of the row's own ids are written one after another on the stack, then
+        their rows added in that order.  With r segment ranges a row owns about 1 in r
+        ids, a branch the CPU cannot predict: 65536 x 64 -> 1024 in 8 ranges took
+        1.3 ms as one loop with a branch, more than XLA's serial 1.0-1.2."""
+        b = self.b
+        js, sids = self._entry_alloca(I64, ID_CHUNK), self._entry_alloca(I64, ID_CHUNK)
+        with for_range(b, 0, -(-n // ID_CHUNK), "chunk") as k:
+            start = b.mul(k, i64(ID_CHUNK))
+            count = self._alloca(I64, i64(0))
+            with for_range(b, start, _min(b, b.add(start, i64(ID_CHUNK)), n), "j") as j, self._scope():
+                sid, mine = checked(j)
+                held = b.load(count)
+                b.store(j, b.gep(js, [held], source_etype=I64))
+                b.store(sid, b.gep(sids, [held], source_etype=I64))
+                b.store(b.add(held, b.zext(mine, I64)), count)
+            with for_range(b, 0, b.load(count), "q") as q, self._scope():
+                add(b.load(b.gep(js, [q], source_etype=I64)), b.load(b.gep(sids, [q], source_etype=I64)))
 
 
 class ScanEmitter(_OwnKernel):

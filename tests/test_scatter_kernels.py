@@ -1,7 +1,13 @@
-"""Segment sums along a middle dim, done where the values lie (passes/transposes.py
-``ScatterBetweenTransposes``): TF's gradient of a gather along axis k > 0 transposes
-the incoming gradient, sums segments of its rows and transposes back; tfjit runs it
-as scatters side by side of the untransposed values (a rank-3 ``scatter``).
+"""Scatter kernels: segment sums along a middle dim, and rows that own a range of
+the segments.
+
+* Done where the values lie (passes/transposes.py ``ScatterBetweenTransposes``): TF's
+  gradient of a gather along axis k > 0 transposes the incoming gradient, sums
+  segments of its rows and transposes back; tfjit runs it as scatters side by side of
+  the untransposed values (a rank-3 ``scatter``).
+* A row that owns a range of the segments (codegen/own_kernels.py ``_compacted``)
+  collects its ids chunk by chunk before adding their rows: ids past a chunk, dropped
+  (negative) ones, and an id out of range far into the ids (TF's error, its position).
 
 Every result is compared with TF's executor bit for bit (segment sums add in input
 order, as TF's CPU kernel does).  Shapes cover one scatter, fewer scatters than the
@@ -20,6 +26,7 @@ import tfjit
 from oracle import assert_matches
 from tfjit.ir import interp, ops
 from tfjit.ir.text import parse_module
+from tfjit.passes.own_rows import scatter_blocks
 from tfjit.passes.transposes import ScatterBetweenTransposes
 
 
@@ -145,3 +152,43 @@ def test_the_pass_names_itself_and_changes_nothing_without_the_pattern():
     x, i = tf.ones([5, 3]), tf.constant([0, 1, 1, 3, 0])
     assert_matches(jit(x, i).numpy(), f(x, i).numpy(), rtol=0, atol=0)
     assert [s.rank for s in _scatters(jit.compiled(x, i))] == [2]
+
+
+def _ranges(compiled) -> list:
+    return [scatter_blocks(f.roots[0])[1] for f in compiled.fusions if f.kind == "scatter"]
+
+
+@pytest.mark.parametrize("n, columns, segments, dtype", [
+    (5000, 64, 300, np.float32),        # 8 ranges, ten chunks of ids, the last partial
+    (1500, 40, 97, np.float64),         # 5 ranges, a prime number of segments
+    (513, 256, 2, np.int32),            # 2 ranges (as many as segments), one id past a chunk
+])
+def test_rows_owning_segment_ranges_add_in_tfs_order(n, columns, segments, dtype):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, columns)) * 100
+    x = tf.constant(x.astype(dtype))
+    i = tf.constant(rng.integers(-2, segments, (n,)).astype(np.int32))
+    f = lambda x, i: tf.math.unsorted_segment_sum(x, i, segments)
+    jit = tfjit.function(f, jit_compile=True)
+    assert_matches(jit(x, i).numpy(), tf.function(f)(x, i).numpy(), rtol=0, atol=0)
+    assert _ranges(jit.compiled(x, i))[0] > 1
+
+
+def test_an_id_out_of_range_far_into_a_ranged_scatter_is_tfs_error():
+    f = lambda x, i: tf.math.unsorted_segment_max(x, i, 300)
+    rng = np.random.default_rng(11)
+    x = tf.constant(rng.standard_normal((5000, 64)).astype(np.float32))
+    ids = rng.integers(0, 300, (5000,)).astype(np.int64)
+    good = tf.constant(ids)
+    ids[1300] = 300
+    bad = tf.constant(ids)
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        tf.function(f)(x, bad)
+    want = re.search(r"segment_ids\[\d+\] = -?\d+ is out of range \[0, \d+\)", e.value.message).group(0)
+    assert want == "segment_ids[1300] = 300 is out of range [0, 300)"
+    jit = tfjit.function(f, jit_compile=True)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape(f"scatter {{{{node UnsortedSegmentMax}}}}: {want}")):
+        jit(x, bad)
+    assert_matches(jit(x, good).numpy(), tf.function(f)(x, good).numpy(), rtol=0, atol=0)
+    assert _ranges(jit.compiled(x, good))[0] > 1
