@@ -253,7 +253,7 @@ SEGMENT_SHAPES = [
     ("empty-data", (0, 3), (0,), 3, 0),
     ("zero-segments", (4, 2), (4,), 0, -4),
     ("size1", (1, 1), (1,), 1, 0),
-    ("parallel-segments", (3000, 40), (3000,), 700, -1),      # 5 segment ranges
+    ("parallel-segments", (3000, 160), (3000,), 700, -1),     # 5 segment ranges
     ("column-blocks", (50, 1100), (50,), 9, 0),               # 3 column blocks
 ]
 

@@ -159,8 +159,8 @@ def _ranges(compiled) -> list:
 
 
 @pytest.mark.parametrize("n, columns, segments, dtype", [
-    (5000, 64, 300, np.float32),        # 8 ranges, ten chunks of ids, the last partial
-    (1500, 40, 97, np.float64),         # 5 ranges, a prime number of segments
+    (5000, 256, 300, np.float32),       # 8 ranges, ten chunks of ids, the last partial
+    (1500, 160, 97, np.float64),        # 5 ranges, a prime number of segments
     (513, 256, 2, np.int32),            # 2 ranges (as many as segments), one id past a chunk
 ])
 def test_rows_owning_segment_ranges_add_in_tfs_order(n, columns, segments, dtype):
@@ -177,7 +177,7 @@ def test_rows_owning_segment_ranges_add_in_tfs_order(n, columns, segments, dtype
 def test_an_id_out_of_range_far_into_a_ranged_scatter_is_tfs_error():
     f = lambda x, i: tf.math.unsorted_segment_max(x, i, 300)
     rng = np.random.default_rng(11)
-    x = tf.constant(rng.standard_normal((5000, 64)).astype(np.float32))
+    x = tf.constant(rng.standard_normal((5000, 96)).astype(np.float32))
     ids = rng.integers(0, 300, (5000,)).astype(np.int64)
     good = tf.constant(ids)
     ids[1300] = 300
