@@ -38,10 +38,11 @@ from tfjit.ir import text, verify
 from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, concurrency, fusion, kernel_order
-from tfjit.passes.dots import FoldBatchIntoContraction
+from tfjit.passes.dots import DotsAsReductions, FoldBatchIntoContraction
 from tfjit.passes.epilogue import FoldConvolutionBias
 from tfjit.passes.sibling_convs import MergeSiblingConvolutions
-from tfjit.passes.simplify import CSE, DCE, FlattenReductions, MishFactor, RepeatsAsBroadcasts
+from tfjit.passes.simplify import (CSE, DCE, FlattenReductions, MishFactor, RepeatsAsBroadcasts,
+                                   ReshapeChains)
 from tfjit.passes.collapse import CollapseDims
 from tfjit.passes.copies import CopyPerReader
 from tfjit.passes.reductions import TwoStageReductions
@@ -200,9 +201,10 @@ class _OnModule:
         verify.module(o.module, self.name)
 
 
-PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), CancelTransposes(),
+PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), DotsAsReductions(),
+          CancelTransposes(),
           ScatterBetweenTransposes(), FoldConvolutionBias(), MergeSiblingConvolutions(),
-          TwoStageReductions(), DCE(),
+          TwoStageReductions(), ReshapeChains(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 

@@ -153,10 +153,10 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "repeats-as-broadcasts", "mish-factor",
-                                      "fold-batch-into-contraction",
+                                      "fold-batch-into-contraction", "dots-as-reductions",
                                       "cancel-transposes", "scatter-between-transposes",
                                       "fold-convolution-bias", "merge-sibling-convolutions",
-                                      "two-stage-reductions",
+                                      "two-stage-reductions", "reshape-chains",
                                       "dce", "collapse-dims",
                                       "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",
                                       "concurrency"]

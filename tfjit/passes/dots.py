@@ -14,6 +14,18 @@ oneDNN's kernels) the encoder block's [8,128,1024]^T x [8,128,256] gradient took
 6.7 ms.  The sum's order changes (TF adds the B products last); results agree within
 float tolerance, as any two GEMM blockings do.
 
+``DotsAsReductions``: a product one of whose sides is a vector (M = 1 or N = 1), or
+whose contraction is one element (K = 1), is a multiply and a sum over K, as XLA's
+algebraic simplifier rewrites it ("dot strength reduction").  A library call has its
+fixed cost and no fusion with what produces and reads its operands; TF's MatMul on a
+matrix-vector product of a tall thin matrix is slow besides:
+``tf.image.rgb_to_grayscale`` of [32, 224, 224, 3] is a [1605632, 3] x [3, 1] product,
+2.7 ms in TF's MatMul against XLA's 1.3 ms for the whole op (2026-12-07, 2 cores).
+As a reduction it is a row kernel reading 3 floats a pixel; a vector times a matrix
+is a column reduction over the matrix's rows; K = 1 (the input gradient of a
+``Dense(1)``) is an outer product, elementwise.  The sum's order is the reduction's,
+not the GEMM's: results agree within float tolerance.
+
 Tried and not kept: merging products of one operand with several weights (Q/K/V,
 SwiGLU's gate and up) into one product over concatenated weights, as XLA's GPU
 DotMerger does.  oneDNN ran one [1024,256] x [256,768] product faster than three
@@ -76,3 +88,43 @@ def _folded(r: Instr, users: dict, outputs: set) -> list | None:
                 name=r.name, source=d.source)
     return [a2, b2, dot]
 
+
+
+class DotsAsReductions:
+    """``dot(a, b)`` with M = 1, N = 1 or K = 1 becomes ``reduce_sum(broadcast(a') *
+    broadcast(b'), K)`` over [B, M, N, K] (a' = a as [B, M, K], b' = b as [B, N, K],
+    each a transpose where stored the other way; module docstring)."""
+    name = "dots-as-reductions"
+
+    def run(self, m: Module) -> bool:
+        return any([substitute(c, _as_reduction) for c in m.computations() + [m]])
+
+
+def _as_reduction(d: Instr) -> list | None:
+    """The instructions computing vector dot ``d`` as a product and a sum, or None."""
+    if d.op is not Op.DOT or not d.size:
+        return None
+    a, b = d.operands
+    *batch, rows, cols = d.shape
+    k = a.shape[-2] if d.attrs["transpose_lhs"] else a.shape[-1]
+    if 1 not in (rows, cols, k):
+        return None
+    made = Module("dots")
+    made.source = d.source
+    swap = tuple(range(a.rank - 2)) + (a.rank - 1, a.rank - 2)
+    lhs = made.transpose(a, swap) if d.attrs["transpose_lhs"] else a        # [B, M, K]
+    rhs = b if d.attrs["transpose_rhs"] else made.transpose(b, swap)        # [B, N, K]
+    # over [B, M, N, K] without the unit M or N: a reduction whose rows are the result's
+    kept = [size for size in (rows, cols) if size != 1]
+    full = tuple(batch) + tuple(kept) + (k,)
+    lead, at = tuple(range(len(batch))), len(batch)
+    lhs = made.reshape(lhs, tuple(lhs.shape[:-2]) + lhs.shape[-1:]) if rows == 1 else lhs
+    rhs = made.reshape(rhs, tuple(rhs.shape[:-2]) + rhs.shape[-1:]) if cols == 1 else rhs
+    m_at = () if rows == 1 else (at,)
+    n_at = () if cols == 1 else (at + len(m_at),)
+    product = made.elementwise(Op.MUL, made.broadcast(lhs, full, lead + m_at + (len(full) - 1,)),
+                               made.broadcast(rhs, full, lead + n_at + (len(full) - 1,)))
+    total = product if k == 1 else made.reduce(product, "sum", 1)
+    total = made.reshape(total, d.shape)
+    total.name = d.name
+    return made.instrs
