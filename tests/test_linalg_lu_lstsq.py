@@ -264,5 +264,6 @@ def test_expm_compiles_and_matches_tf(shape, scale, dtype):
     x = tf.constant((np.random.default_rng(sum(shape)).uniform(-1, 1, shape) * scale).astype(DTYPES[dtype]))
     jit = tfjit.function(tf.linalg.expm, jit_compile=True)
     assert_matches(jit(x).numpy(), tf.function(tf.linalg.expm)(x).numpy())
-    if 0 not in shape:
-        assert {"library", "while"} <= {k.kind for k in jit.compiled(x).fusions}
+    kinds = {k.kind for k in jit.compiled(x).fusions}
+    if 0 not in shape:      # (1x1: its products are of scalars, elementwise: test_vector_dots.py)
+        assert {"library", "while"} <= kinds if shape != (1, 1) else "while" in kinds

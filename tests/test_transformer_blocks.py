@@ -139,8 +139,8 @@ def test_weight_gradient_is_one_dot_over_the_batch(b, t, k, n, dtype):
     tol = {np.float16: 2e-2}.get(dtype, 1e-5)
     assert_matches(got(x, w).numpy(), tf.function(f)(x, w).numpy(), rtol=tol, atol=tol * t * b)
     after = got.compiled(x, w).module_after
-    if dtype is np.float16:      # the product runs in f32 between converts: not folded
-        return
+    if dtype is np.float16 or 1 in (t, k, n):     # the product runs in f32 between converts:
+        return      # not folded; or a product has a vector side, a reduction (test_vector_dots.py)
     assert " reduce(" not in after, after
     if b > 1:          # (TF's own gradient has no sum over a batch of 1)
         name = "f32" if dtype is np.float32 else "f64"

@@ -74,6 +74,17 @@ def test_a_matrix_product_keeps_its_call():
     assert Op.DOT in _ops(compiled)
 
 
+def test_an_outer_product_of_zeros_has_the_gemms_positive_zero():
+    """K = 1: TF's GEMM sums from +0, so -1 * 0 comes out +0; so does tfjit's product."""
+    a = np.array([[-1.0], [2.0], [-0.0]], np.float32)
+    b = np.array([[0.0, -3.0, 0.5]], np.float32)
+    _check(lambda a, b: tf.matmul(a, b), a, b)
+    # K > 1: sums of negative zeros, matrix times vector and vector times matrix
+    m = np.array([[-1.0, -2.0, -0.5], [1.0, -1.0, 2.0]], np.float32)
+    _check(lambda a, b: tf.matmul(a, b), m, np.zeros((3, 1), np.float32))
+    _check(lambda a, b: tf.matmul(a, b), np.array([[-1.0, -2.0]], np.float32), np.zeros((2, 4), np.float32))
+
+
 def test_dense_1_trains_as_tensorflow():
     """A regression head's forward, its input gradient (an outer product) and its
     weight gradient (a matrix stored transposed times a vector)."""

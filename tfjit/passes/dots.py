@@ -124,7 +124,9 @@ def _as_reduction(d: Instr) -> list | None:
     n_at = () if cols == 1 else (at + len(m_at),)
     product = made.elementwise(Op.MUL, made.broadcast(lhs, full, lead + m_at + (len(full) - 1,)),
                                made.broadcast(rhs, full, lead + n_at + (len(full) - 1,)))
-    total = product if k == 1 else made.reduce(product, "sum", 1)
+    # K = 1: the GEMM's sum from +0 still makes -0 + 0 = +0 (a ReLU gradient's zeros)
+    total = made.reduce(product, "sum", 1) if k != 1 else made.elementwise(
+        Op.ADD, product, made.broadcast(made.scalar(0.0, d.dtype), full, ()))
     total = made.reshape(total, d.shape)
     total.name = d.name
     return made.instrs
