@@ -89,7 +89,6 @@ def _folded(r: Instr, users: dict, outputs: set) -> list | None:
     return [a2, b2, dot]
 
 
-
 class DotsAsReductions:
     """``dot(a, b)`` with M = 1, N = 1 or K = 1 becomes ``reduce_sum(broadcast(a') *
     broadcast(b'), K)`` over [B, M, N, K] (a' = a as [B, M, K], b' = b as [B, N, K],
@@ -111,9 +110,8 @@ def _as_reduction(d: Instr) -> list | None:
         return None
     made = Module("dots")
     made.source = d.source
-    swap = tuple(range(a.rank - 2)) + (a.rank - 1, a.rank - 2)
-    lhs = made.transpose(a, swap) if d.attrs["transpose_lhs"] else a        # [B, M, K]
-    rhs = b if d.attrs["transpose_rhs"] else made.transpose(b, swap)        # [B, N, K]
+    lhs = _swapped(made, a) if d.attrs["transpose_lhs"] else a        # [B, M, K]
+    rhs = b if d.attrs["transpose_rhs"] else _swapped(made, b)        # [B, N, K]
     # over [B, M, N, K] without the unit M or N: a reduction whose rows are the result's
     kept = [size for size in (rows, cols) if size != 1]
     full = tuple(batch) + tuple(kept) + (k,)
@@ -127,6 +125,17 @@ def _as_reduction(d: Instr) -> list | None:
     # K = 1: the GEMM's sum from +0 still makes -0 + 0 = +0 (a ReLU gradient's zeros)
     total = made.reduce(product, "sum", 1) if k != 1 else made.elementwise(
         Op.ADD, product, made.broadcast(made.scalar(0.0, d.dtype), full, ()))
-    total = made.reshape(total, d.shape)
-    total.name = d.name
+    made.reshape(total, d.shape)
+    for n, i in enumerate(made.instrs):     # (the builder's names would repeat the module's)
+        i.name = f"{d.name}.v{n}"
+    made.instrs[-1].name = d.name
     return made.instrs
+
+
+def _swapped(made: Module, x: Instr) -> Instr:
+    """x with its last two dims swapped: a reshape where one is a unit dim (the same
+    bytes), else a transpose."""
+    shape = tuple(x.shape[:-2]) + (x.shape[-1], x.shape[-2])
+    if 1 in x.shape[-2:]:
+        return made.reshape(x, shape)
+    return made.transpose(x, tuple(range(x.rank - 2)) + (x.rank - 1, x.rank - 2))
