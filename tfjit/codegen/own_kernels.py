@@ -167,7 +167,6 @@ class ScatterEmitter(_OwnKernel):
             with for_range(b, lo, hi, "s") as s, for_range(b, c_lo, c_hi, "c") as c:
                 self._store(slot, root, at + (s, c), self._load(first, root, at + (s, c)))
 
-
     def _compacted(self, n: int, checked, add) -> None:
         """Walks the ids ``ID_CHUNK`` at a time: first, without a branch, the positions
         (and ids) of the row's own ids are written one after another on the stack, then

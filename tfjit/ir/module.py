@@ -377,7 +377,7 @@ class Module(LibraryCalls):
         [0, segments) is an error, in TF's words for indices, naming the position in the
         indices as shaped before they were flattened (``index_shape``).  Data of rank 3,
         [A, N, C], is A independent scatters by the same ids: result[a, s, c]
-        (passes/transposes.py ``ScatterInPlace``: the segment sum along a middle dim
+        (passes/transposes.py ``ScatterBetweenTransposes``: the segment sum along a middle dim
         that TF's gather gradient makes between two transposes)."""
         shape = data.shape[:-2] + (segments, data.shape[-1]) if data.rank in (2, 3) else None
         if kind not in SCATTER_KINDS or shape is None or ids.rank != 1 or ids.dtype not in INDEX_DTYPES \

@@ -45,6 +45,7 @@ import numpy as np
 
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
+from tfjit.passes.simplify import substitute
 
 
 PULL_DEPTH = 8      # elementwise levels outside a region that may join it
@@ -263,35 +264,29 @@ class ScatterBetweenTransposes:
     @staticmethod
     def _run(c: Module) -> bool:
         users, outputs = c.live_users(), set(c.outputs)
-        found = {}
+        found = {}      # the transpose back -> the scatter it ends
         for s in c.instrs:
             y = _scatter_sandwich(s, users, outputs)
             if y is not None:
                 found[y] = s
-        if not found:
-            return False
-        out, replace = [], {}
-        for i in c.instrs:
-            i.operands = tuple(replace.get(o, o) for o in i.operands)
-            out.append(i)
-            if i in found:
-                s = found[i]
-                t = s.operands[0].operands[0]
-                g, k = t.operands[0], t.attrs["perm"][0]
-                a, b = math.prod(g.shape[:k]), math.prod(g.shape[k + 1:])
-                rows = (a, g.shape[k], b)
-                made = [] if g.shape == rows else [Instr(Op.RESHAPE, g.dtype, rows, (g,),
-                                                         name=f"{g.name}.rows", source=t.source)]
-                made.append(Instr(Op.SCATTER, s.dtype, (a, s.shape[0], b), ((made or [g])[0], s.operands[1]),
-                                  dict(s.attrs), name=f"{s.name}.x", source=s.source))
-                if i.shape != made[-1].shape:
-                    made.append(Instr(Op.RESHAPE, i.dtype, i.shape, (made[-1],), name=f"{i.name}.x",
-                                      source=i.source))
-                out.extend(made)
-                replace[i] = made[-1]
-        c.instrs = out
-        c.outputs = [replace.get(o, o) for o in c.outputs]
-        return True
+        return bool(found) and substitute(c, lambda i: _side_by_side(found[i], i) if i in found else None)
+
+
+def _side_by_side(s: Instr, y: Instr) -> list:
+    """The instructions replacing transpose y: g read as [A, N, B], A scatters of it by
+    s's ids, read as y's shape (each reshape only where the shapes differ)."""
+    t = s.operands[0].operands[0]
+    g, k = t.operands[0], t.attrs["perm"][0]
+    rows = (math.prod(g.shape[:k]), g.shape[k], math.prod(g.shape[k + 1:]))
+    made, data = [], g
+    if g.shape != rows:
+        data = Instr(Op.RESHAPE, g.dtype, rows, (g,), name=f"{g.name}.rows", source=t.source)
+        made.append(data)
+    made.append(Instr(Op.SCATTER, s.dtype, (rows[0], s.shape[0], rows[2]), (data, s.operands[1]),
+                      dict(s.attrs), name=f"{s.name}.x", source=s.source))
+    if y.shape != made[-1].shape:
+        made.append(Instr(Op.RESHAPE, y.dtype, y.shape, (made[-1],), name=f"{y.name}.x", source=y.source))
+    return made
 
 
 def _scatter_sandwich(s: Instr, users: dict, outputs: set) -> Instr | None:
