@@ -76,6 +76,23 @@ def _cnn(tf, rng):
     return g
 
 
+def _cnn3d(tf, rng):
+    """Conv3D + bias + ReLU (one fused call: conv3d_bias), a MaxPool3D, a strided Conv3D
+    (TF's 3-D kernels under the launch op; linalg.cc's depth taps and 2-D convolution in
+    the AOT runtime), a global average and a softmax (random weights)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 8, 8, 3], name="x")
+        w1 = tf.constant(rng.standard_normal((3, 3, 3, 3, 8)).astype(np.float32) * 0.3)
+        w2 = tf.constant(rng.standard_normal((2, 3, 3, 8, 5)).astype(np.float32) * 0.2)
+        b1 = tf.constant(rng.uniform(-0.2, 0.2, 8).astype(np.float32))
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv3d(x, w1, [1] * 5, "SAME"), b1))
+        h = tf.nn.max_pool3d(h, 2, 2, "VALID")                                 # 3x4x4x8
+        h = tf.nn.conv3d(h, w2, [1, 2, 1, 1, 1], "SAME")                        # 2x4x4x5
+        tf.nn.softmax(tf.reduce_mean(h, [1, 2, 3]), name="probs")
+    return g
+
+
 def _qr(tf, rng):
     """Batched reduced QR; both factors fetched as one vector (Eigen's HouseholderQR in the
     AOT runtime, TF's kernel in Session.run)."""
@@ -131,7 +148,7 @@ def _dims(*sizes) -> str:
     return " ".join(f"dim {{ size: {s} }}" for s in sizes)
 
 
-@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "qr", "solvers", "decompositions"])
+@pytest.mark.parametrize("model", ["mnist_softmax", "cnn", "cnn3d", "qr", "solvers", "decompositions"])
 def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
     labels = None
     if model == "mnist_softmax":
@@ -145,6 +162,10 @@ def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
         g = (_solvers if model == "solvers" else _decompositions)(tf, rng)
         config = CONFIG.format(dims=_dims(3, 4, 4))
         inputs = [rng.standard_normal((3, 4, 4)).astype(np.float32)]
+    elif model == "cnn3d":
+        g = _cnn3d(tf, rng)
+        config = CONFIG.format(dims=_dims(2, 6, 8, 8, 3))
+        inputs = [rng.standard_normal((2, 6, 8, 8, 3)).astype(np.float32)]
     else:
         g = _cnn(tf, rng)
         config = CONFIG.format(dims=_dims(8, 28, 28, 1))
@@ -157,6 +178,8 @@ def test_models_with_matmul_and_convolution_match_tf(tf, tmp_path, rng, model):
     assert needs and all(s.startswith("tfjit_aot_rt_") for s in needs), needs
     if model == "cnn":
         assert "tfjit_aot_rt_conv2d_bias_f32" in needs, needs
+    if model == "cnn3d":
+        assert {"tfjit_aot_rt_conv3d_bias_f32", "tfjit_aot_rt_conv3d_f32"} <= set(needs), needs
     assert os.path.exists(f"{prefix}_runtime.a")
     assert f"{model}_runtime.a" in (tmp_path / "out" / f"{model}.h").read_text()
     exe = _build_with_runtime(tmp_path, prefix, "models::Net")

@@ -172,11 +172,12 @@ def test_conv3d_is_one_library_call_and_a_1_deep_filter_reads_x_in_place(rng):
         f = tfjit.function(_conv((1, 1, 1), "SAME"), jit_compile=True)
         assert_matches(f(x, w).numpy(), tf.function(_conv((1, 1, 1), "SAME"))(x, w).numpy(),
                        rtol=1e-4, atol=1e-4)
-        got = [fu.kind for fu in f.compiled(x, w).fusions]
-        if in_place:      # x and the filter read through reshapes: no data moves
-            assert got == ["library"], got
-        else:             # the depth taps side by side, the filter's transpose, the call
-            assert got.count("library") == 1 and got[-1] == "library" and len(got) <= 3, got
+        compiled = f.compiled(x, w)
+        got = [fu.kind for fu in compiled.fusions]
+        # x and the filter read through reshapes by a 2-D call, or TF's own 3-D kernel
+        # (lower/conv3d.py _native; tests/test_conv3d_native.py): no data moves
+        assert got == ["library"], got
+        assert ("convolution-3d(" in compiled.module_after) != in_place, compiled.module_after
 
 
 def test_ncdhw_and_dilated_gradients_are_refused_with_the_op_named():

@@ -32,8 +32,9 @@ def _optimized(f, *args) -> str:
 
 
 def _folds(text: str) -> list:
-    """The activations of the module's fused convolutions, in order."""
-    return re.findall(r"convolution-bias\(.*activation=(\w+)", text)
+    """The activations of the module's fused convolutions (2-D, and TF's 3-D kernel's:
+    tests/test_conv3d_native.py), in order."""
+    return re.findall(r"convolution(?:-3d)?-bias\(.*activation=(\w+)", text)
 
 
 def _check(fn, args, folds, tol=1e-4):

@@ -19,7 +19,7 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
-from tfjit.ir.ops import FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
+from tfjit.ir.ops import CONV3D_OPS, FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
 
 _SUFFIX = {"f32": "f32", "f64": "f64"}
@@ -34,6 +34,9 @@ SIGNATURES = {
     "conv2d_backprop_filter": [I64] * 15,
     "depthwise_backprop_input": [I64] * 15,
     "depthwise_backprop_filter": [I64] * 15,
+    # the 3-D convolutions (runtime/tf_conv3d.cc): linalg.h's TFJIT_CONV3D_PARAMS
+    **{name: [I64] * 21 for name in ("conv3d", "conv3d_backprop_input", "conv3d_backprop_filter")},
+    "conv3d_bias": [I64] * 21 + [I32],     # the convolution's, then the activation
     "qr": [I64, I64, I64, I32],
     # the dense solvers: (batch, m, n, lower, adjoint) for the two solves, (batch, m,
     # adjoint) for the others; an op ignores a flag it does not take
@@ -92,8 +95,12 @@ def _conv_args(i) -> list:
 ACTIVATION_CODES = {"none": 0, "relu": 1, "relu6": 2}
 
 
+def _activation(i):
+    return ir.Constant(I32, ACTIVATION_CODES[i.attrs["activation"]])
+
+
 def _conv_bias_args(i) -> list:
-    return _conv_args(i) + [ir.Constant(I32, ACTIVATION_CODES[i.attrs["activation"]])]
+    return _conv_args(i) + [_activation(i)]
 
 
 def _backprop_args(i) -> list:
@@ -102,6 +109,22 @@ def _backprop_args(i) -> list:
     (n, h, wd, c), (kh, kw, _, k) = (i.shape, a.shape) if of_input else (a.shape, i.shape)
     _, ho, wo, _ = grad.shape
     return [i64(v) for v in (n, h, wd, c, kh, kw, k, ho, wo, *i.attrs["strides"], *i.attrs["padding"])]
+
+
+def conv3d_shapes(i) -> tuple:
+    """(x, filter, y) shapes of 3-D convolution instruction ``i`` (``CONV3D_OPS``,
+    ``Op.CONV3D_BIAS``)."""
+    a, b = i.operands[:2]
+    if i.op in (Op.CONV3D, Op.CONV3D_BIAS):
+        return a.shape, b.shape, i.shape
+    if i.op is Op.CONV3D_BACKPROP_INPUT:
+        return i.shape, a.shape, b.shape
+    return a.shape, i.shape, b.shape
+
+
+def _conv3d_args(i) -> list:
+    x, w, y = conv3d_shapes(i)
+    return [i64(v) for v in (*x, *w[:3], w[4], *y[1:4], *i.attrs["strides"], *i.attrs["padding"])]
 
 
 def _qr_args(i) -> list:
@@ -153,6 +176,10 @@ _CALLS = {
                                   lambda i: "DepthwiseConv2dNativeBackpropInput"),
     Op.DEPTHWISE_BACKPROP_FILTER: ("depthwise_backprop_filter", _backprop_args,
                                    lambda i: "DepthwiseConv2dNativeBackpropFilter"),
+    Op.CONV3D: ("conv3d", _conv3d_args, lambda i: "Conv3D"),
+    Op.CONV3D_BIAS: ("conv3d_bias", lambda i: _conv3d_args(i) + [_activation(i)], lambda i: "_FusedConv3D"),
+    Op.CONV3D_BACKPROP_INPUT: ("conv3d_backprop_input", _conv3d_args, lambda i: "Conv3DBackpropInputV2"),
+    Op.CONV3D_BACKPROP_FILTER: ("conv3d_backprop_filter", _conv3d_args, lambda i: "Conv3DBackpropFilterV2"),
     Op.QR: ("qr", _qr_args, lambda i: "Qr"),
     **{op: (name, _solver_args, lambda i, tf_op=tf_op: tf_op) for op, name, tf_op in (
         (Op.TRIANGULAR_SOLVE, "triangular_solve", "MatrixTriangularSolve"),
@@ -215,6 +242,11 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
         return DEFAULT, "oneDNN refuses padding wider than the filter window"
+    if i.op is Op.CONV3D_BIAS:
+        return (ONEDNN, "TF's only fused 3-D convolution kernel is oneDNN's (_FusedConv3D, what graph "
+                "mode's remapper makes of Conv3D + BiasAdd + Relu where TF runs oneDNN)") if onednn \
+            else (MEASURED, f"{_MEASURED}, then the bias and activation in a loop of its own: TF has no "
+                  "fused 3-D convolution without oneDNN")
     if i.op is Op.CONV_BIAS and i.attrs["activation"] != "none" and not onednn:
         return MEASURED_WITHOUT_ONEDNN, (
             "TF's graph mode runs no oneDNN kernels here, and oneDNN's ReLU post-op turns NaN "
@@ -246,10 +278,13 @@ def output_positions(i) -> int:
 
 
 _BACKPROPS = (Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER, Op.DEPTHWISE_BACKPROP_INPUT,
-              Op.DEPTHWISE_BACKPROP_FILTER)
+              Op.DEPTHWISE_BACKPROP_FILTER, Op.CONV3D_BACKPROP_INPUT, Op.CONV3D_BACKPROP_FILTER)
 
 
 def _pads_beyond_window(i) -> bool:
+    if i.op in CONV3D_OPS or i.op is Op.CONV3D_BIAS:
+        window, pads = conv3d_shapes(i)[1][:3], i.attrs["padding"]
+        return any(max(pads[2 * d], pads[2 * d + 1]) > window[d] - 1 for d in range(3))
     kh, kw = (i.shape if i.op in (Op.CONV_BACKPROP_FILTER, Op.DEPTHWISE_BACKPROP_FILTER)
               else i.operands[1].shape if i.op in (Op.CONV, Op.CONV_BIAS)
               else i.operands[0].shape)[:2]
@@ -295,7 +330,8 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
     kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured",
               MEASURED_WITHOUT_ONEDNN: "measured (no oneDNN)"}[family]
     if prefix == "tfjit_rt_":
-        fusion.notes.append(f"runs TF's {kernel} {_CALLS[root.op][2](root)} kernel: {why}")
+        runs = "Conv3D" if root.op is Op.CONV3D_BIAS and family != ONEDNN else _CALLS[root.op][2](root)
+        fusion.notes.append(f"runs TF's {kernel} {runs} kernel: {why}")
     else:
         fusion.notes.append(f"calls {callee_name}: linalg.cc's Eigen code, on the calling thread")
     rc = b.call(callee, [slot(plan.device_slot), ir.Constant(I32, family), out, *operands,
@@ -381,7 +417,8 @@ def _memcpy(module: ir.Module) -> ir.Function:
 # library calls whose TF kernels reach oneDNN's f32 GEMM (Eigen's contraction kernel calls
 # dnnl_sgemm), whose code oneDNN generates at its first call in the process (runtime/warmup.py)
 GEMM_OPS = frozenset({Op.DOT, Op.CONV, Op.CONV_BIAS, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
-                      Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
+                      Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER, *CONV3D_OPS,
+                      Op.CONV3D_BIAS})
 
 
 def runs_onednn_gemm(roots) -> bool:

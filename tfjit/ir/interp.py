@@ -38,7 +38,7 @@ import numpy as np
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
 from tfjit.ir.interp_cast import convert as _convert, flush as _flush
-from tfjit.ir.ops import COMPLEX_LIBM, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
+from tfjit.ir.ops import COMPLEX_LIBM, CONV3D_OPS, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 
 
 class IntegerDivisionByZero(ValueError):
@@ -519,6 +519,7 @@ _EVAL = {
     Op.CONV: _fpu_instr(lambda instr, x, w: interp_linalg.conv(x, w, instr.attrs["strides"],
                                                                instr.attrs["dilations"], instr.attrs["padding"])),
     **{op: _fpu_instr(interp_linalg.conv_backprop) for op in CONV_BACKPROPS},
+    **{op: _fpu_instr(interp_linalg.conv3d) for op in CONV3D_OPS},
     Op.QR: _fpu_instr(interp_linalg.qr),
     Op.FFT: _fpu_instr(interp_linalg.fft),
     **{op: _fpu_instr(interp_linalg.solver) for op in SOLVER_ATTRS},
@@ -530,7 +531,8 @@ def _conv_bias(instr, vals):
     """activation(convolution + bias): the entries of the instructions it replaces
     (passes/epilogue.py), so each step rounds and flushes as they do."""
     x, w, bias = vals
-    y = _EVAL[Op.ADD](instr, [_EVAL[Op.CONV](instr, [x, w]), bias])
+    conv = Op.CONV3D if instr.op is Op.CONV3D_BIAS else Op.CONV
+    y = _EVAL[Op.ADD](instr, [_EVAL[conv](_Conv(conv, instr), [x, w]), bias])
     if instr.attrs["activation"] != "none":
         y = _EVAL[Op.MAX](instr, [y, np.zeros((), y.dtype)])
     if instr.attrs["activation"] == "relu6":
@@ -538,7 +540,14 @@ def _conv_bias(instr, vals):
     return y
 
 
-_EVAL[Op.CONV_BIAS] = _conv_bias
+class _Conv:
+    """The convolution a convolution-bias instruction holds, as the interpreter reads it."""
+
+    def __init__(self, op: Op, fused):
+        self.op, self.attrs, self.dtype, self.shape = op, fused.attrs, fused.dtype, fused.shape
+
+
+_EVAL[Op.CONV_BIAS] = _EVAL[Op.CONV3D_BIAS] = _conv_bias
 _EVAL[Op.DYNAMIC_SLICE] = _dynamic_slice
 _EVAL[Op.DYNAMIC_UPDATE_SLICE] = _dynamic_update_slice
 _MISSING = set(Op) - set(_EVAL) - set(_CONTROL) - {Op.PARAMETER}

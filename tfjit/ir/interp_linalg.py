@@ -66,6 +66,32 @@ def conv_backprop(instr, a, g):
     return dxp[:, top:top + h, left:left + wd] if of_input else dw
 
 
+def conv3d(instr, a, b):
+    """The 3-D convolution and its gradients (``Op.CONV3D_OPS``): for each filter tap,
+    the strided window of the padded input it meets, as in ``conv``."""
+    op, strides, pads = instr.op, instr.attrs["strides"], instr.attrs["padding"]
+    x_shape = instr.shape if op is Op.CONV3D_BACKPROP_INPUT else a.shape
+    w_shape = a.shape if op is Op.CONV3D_BACKPROP_INPUT else instr.shape if \
+        op is Op.CONV3D_BACKPROP_FILTER else b.shape
+    lows, dtype = pads[0::2], a.dtype
+    padded = (x_shape[0], *(s + lo + hi for s, lo, hi in zip(x_shape[1:4], lows, pads[1::2])), x_shape[4])
+    out = [(p - k) // s + 1 for p, k, s in zip(padded[1:4], w_shape[:3], strides)]
+    inner = tuple(slice(lo, lo + s) for lo, s in zip(lows, x_shape[1:4]))
+    xp = np.zeros(padded, dtype)
+    if op is not Op.CONV3D_BACKPROP_INPUT:
+        xp[(slice(None),) + inner] = a
+    result = np.zeros(instr.shape, dtype)
+    for tap in np.ndindex(*w_shape[:3]):
+        window = (slice(None),) + tuple(slice(t, t + (o - 1) * s + 1, s) for t, o, s in zip(tap, out, strides))
+        if op is Op.CONV3D:
+            result += np.tensordot(xp[window], b[tap], axes=([4], [0])).astype(dtype)
+        elif op is Op.CONV3D_BACKPROP_INPUT:
+            xp[window] += np.tensordot(b, a[tap], axes=([4], [1])).astype(dtype)
+        else:
+            result[tap] = np.tensordot(xp[window], b, axes=([0, 1, 2, 3], [0, 1, 2, 3])).astype(dtype)
+    return xp[(slice(None),) + inner] if op is Op.CONV3D_BACKPROP_INPUT else result
+
+
 def qr(instr, x):
     """Op.QR: Q [B, M, K] and R [B, K, N] in one flat result (packing.qr_parts; the gap
     between them is zeros)."""

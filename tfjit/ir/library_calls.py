@@ -80,6 +80,44 @@ class LibraryCalls:
                           f"{list(strides)}, padding {list(padding)}) is invalid")
         return self._add(Instr(op, a.dtype, shape, (a, grad), {"strides": strides, "padding": padding}))
 
+    def convolution_3d(self, op: Op, a: Instr, b: Instr, strides, padding, shape=None) -> Instr:
+        """An undilated 3-D convolution or one of its gradients (``CONV3D_OPS``) of x NDHWC
+        with a filter DHWIO [kd, kh, kw, C, O], explicit zero ``padding`` (low and high
+        per spatial dim: front, back, top, bottom, left, right).  ``Op.CONV3D``: a is x,
+        b the filter, the result y NDHWC (``shape`` unused); ``Op.CONV3D_BACKPROP_INPUT``:
+        a is the filter, b the gradient of y, the result dx of ``shape``;
+        ``Op.CONV3D_BACKPROP_FILTER``: a is x, b the gradient of y, the result the
+        filter's gradient of ``shape``."""
+        strides, padding = tuple(strides), tuple(padding)
+        x_shape, w_shape = {Op.CONV3D: (a.shape, b.shape),
+                            Op.CONV3D_BACKPROP_INPUT: (tuple(shape or ()), a.shape),
+                            Op.CONV3D_BACKPROP_FILTER: (a.shape, tuple(shape or ()))}.get(op, ((), ()))
+        y = conv3d_output(x_shape, w_shape, strides, padding) \
+            if a.dtype is b.dtype and a.dtype in LIBRARY_DTYPES else None
+        if y is None or (op is not Op.CONV3D and b.shape != y):
+            raise IRError(f"{op.spelling} of {a.dtype.name}{list(a.shape)} and "
+                          f"{b.dtype.name}{list(b.shape)} (input {list(x_shape)}, filter "
+                          f"{list(w_shape)}, strides {list(strides)}, padding {list(padding)}) "
+                          "is invalid")
+        result = y if op is Op.CONV3D else x_shape if op is Op.CONV3D_BACKPROP_INPUT else w_shape
+        return self._add(Instr(op, a.dtype, result, (a, b), {"strides": strides, "padding": padding}))
+
+    def convolution_3d_bias(self, x: Instr, w: Instr, bias: Instr, strides, padding,
+                            activation: str = "none") -> Instr:
+        """``activation(convolution_3d(x, w) + bias)``, bias [O] added along the channels,
+        in one library call (passes/epilogue.py builds it from the three)."""
+        shape = conv3d_output(x.shape, w.shape, tuple(strides), tuple(padding))
+        if shape is None or x.dtype is not w.dtype or x.dtype not in LIBRARY_DTYPES \
+                or bias.rank != 1 or bias.dtype is not x.dtype or bias.shape[0] != w.shape[4] \
+                or activation not in CONV_ACTIVATIONS:
+            raise IRError(f"{Op.CONV3D_BIAS.spelling} of {x.dtype.name}{list(x.shape)} with "
+                          f"{w.dtype.name}{list(w.shape)} and bias {bias.dtype.name}"
+                          f"{list(bias.shape)} (strides {list(strides)}, padding {list(padding)}, "
+                          f"activation {activation!r}) is invalid")
+        return self._add(Instr(Op.CONV3D_BIAS, x.dtype, shape, (x, w, bias),
+                               {"strides": tuple(strides), "padding": tuple(padding),
+                                "activation": activation}))
+
     def qr(self, x: Instr, full_matrices: bool) -> Instr:
         """Q and R of the matrices x [B, M, N], packed in one flat result (``qr_parts``)."""
         if x.rank != 3 or x.dtype not in LIBRARY_DTYPES or 0 in x.shape:
@@ -180,3 +218,18 @@ def _convolution(x: Instr, w: Instr, strides, dilations, padding) -> tuple:
         out.append((size - window) // strides[d] + 1)
     return (x.shape[0], *out, w.shape[3]), {"strides": strides, "dilations": dilations,
                                             "padding": padding}
+
+
+def conv3d_output(x_shape, w_shape, strides, padding):
+    """The output shape of an undilated 3-D convolution of x NDHWC by a filter DHWIO, or
+    None where the shapes, strides or padding are not those of one."""
+    if len(x_shape) != 5 or len(w_shape) != 5 or x_shape[4] != w_shape[3] or len(strides) != 3 \
+            or len(padding) != 6 or min(strides) < 1 or min(padding) < 0:
+        return None
+    out = []
+    for d in range(3):
+        size = x_shape[1 + d] + padding[2 * d] + padding[2 * d + 1]
+        if size < w_shape[d]:
+            return None
+        out.append((size - w_shape[d]) // strides[d] + 1)
+    return (x_shape[0], *out, w_shape[4])

@@ -195,6 +195,14 @@ class Op(enum.Enum):
     CONV_BACKPROP_FILTER = ("convolution-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> filter
     DEPTHWISE_BACKPROP_INPUT = ("depthwise-backprop-input", Kind.LIBRARY, 2)
     DEPTHWISE_BACKPROP_FILTER = ("depthwise-backprop-filter", Kind.LIBRARY, 2)
+    # undilated 3-D convolution, NDHWC x DHWIO, and its gradients (attrs: strides (3),
+    # padding (6): low and high per spatial dim; see module.convolution_3d)
+    CONV3D = ("convolution-3d", Kind.LIBRARY, 2)                                # x, w -> y
+    CONV3D_BACKPROP_INPUT = ("convolution-3d-backprop-input", Kind.LIBRARY, 2)    # w, grad -> x
+    CONV3D_BACKPROP_FILTER = ("convolution-3d-backprop-filter", Kind.LIBRARY, 2)  # x, grad -> w
+    # activation(convolution-3d + bias[channel]) in one call (TF's _FusedConv3D; passes/
+    # epilogue.py): x, w, bias [O]; attrs: the convolution's and activation
+    CONV3D_BIAS = ("convolution-3d-bias", Kind.LIBRARY, 3)
     # Householder QR of x [B, M, N] (Eigen's HouseholderQR, as TF's Qr kernel): one flat
     # result holding Q [B, M, K] then R [B, K, N], K = M (full_matrices) or min(M, N),
     # where packing.qr_parts says
@@ -257,6 +265,8 @@ CONV_ACTIVATIONS = ("none", "relu", "relu6")
 
 CONV_BACKPROPS = frozenset({Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER,
                             Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER})
+
+CONV3D_OPS = (Op.CONV3D, Op.CONV3D_BACKPROP_INPUT, Op.CONV3D_BACKPROP_FILTER)
 
 # the dense solvers (module.matrix_op builds them) and the attributes each takes
 SOLVER_ATTRS = {Op.TRIANGULAR_SOLVE: ("lower", "adjoint"), Op.MATRIX_SOLVE: ("adjoint",),

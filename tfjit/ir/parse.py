@@ -15,7 +15,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import TUPLE, Instr, IRError, Module
-from tfjit.ir.ops import SOLVER_ATTRS, SPECTRAL_ATTRS, TYPED_RESULT, Kind, Op
+from tfjit.ir.ops import CONV3D_OPS, SOLVER_ATTRS, SPECTRAL_ATTRS, TYPED_RESULT, Kind, Op
 
 _HEADER = re.compile(r"(module|computation)\s+([\w.\-]+)\s*\{$")
 _INSTR = re.compile(r"%([\w.\-]+)\s*=\s*(\w+\[[\d,\s]*\]|\([\w\[\]\d,\s]*\))\s+([\w\-]+)\((.*)$")
@@ -308,6 +308,11 @@ def _build(m: Module, op: Op, dtype: dt.DType, shape: tuple, xs: list, attrs: di
         instr = m.solve_ls(xs[0], xs[1], xs[2], a("fast", 0))
     elif op in SPECTRAL_ATTRS:
         instr = m.spectral(op, xs[0], **{k: a(k, 0) for k in SPECTRAL_ATTRS[op]})
+    elif op is Op.CONV3D_BIAS:
+        instr = m.convolution_3d_bias(xs[0], xs[1], xs[2], a("strides", ()), a("padding", ()),
+                                      a("activation", "none"))
+    elif op in CONV3D_OPS:
+        instr = m.convolution_3d(op, xs[0], xs[1], a("strides", ()), a("padding", ()), shape)
     elif op.kind is Kind.LIBRARY:    # the convolution gradients
         instr = m.conv_backprop(op, xs[0], xs[1], shape, a("strides", ()), a("padding", ()))
     elif op is Op.DYNAMIC_SLICE:

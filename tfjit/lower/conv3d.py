@@ -1,5 +1,8 @@
-"""Lowerings of TF's 3-D convolutions and their gradients (NDHWC, as TF's CPU kernels)
-onto the 2-D ``convolution`` library call (lower/conv.py).
+"""Lowerings of TF's 3-D convolutions and their gradients (NDHWC, as TF's CPU kernels):
+TF's own 3-D kernels as library calls (``Op.CONV3D_OPS``: runtime/tf_conv3d.cc runs
+Conv3D, Conv3DBackpropInputV2, Conv3DBackpropFilterV2, oneDNN's or Eigen's), or the
+2-D ``convolution`` library call on the depth taps (lower/conv.py), whichever was
+faster for the convolution's class (``_native`` says which, and why).
 
 A filter [kd, kh, kw, C, O] over x [N, D, H, W, C] touches kd depth planes per output
 plane.  Gathering those planes side by side along the channels (the depth taps' im2col,
@@ -70,6 +73,10 @@ class _Geometry:
                               f"padded input {list(x_shape)}")
 
     @property
+    def flat_pads(self) -> tuple:
+        return tuple(p for pair in self.pads for p in pair)
+
+    @property
     def hw_pads(self) -> tuple:
         (top, bottom), (left, right) = self.pads[1], self.pads[2]
         return top, bottom, left, right
@@ -108,11 +115,16 @@ def _filter_2d(m, w: Instr) -> Instr:
     return m.reshape(m.transpose(w, (1, 2, 0, 3, 4)), (kh, kw, kd * c, o))
 
 
-def _grad_2d(m, grad: Instr, g: _Geometry) -> Instr:
+def _checked_grad(grad: Instr, g: _Geometry) -> Instr:
     n, do, ho, wo, o = grad.shape
     if (do, ho, wo) != g.out or n != g.x_shape[0] or o != g.w_shape[4]:
         raise Unsupported(f"out_backprop {list(grad.shape)} does not match the convolution's "
                           f"output {[g.x_shape[0], *g.out, g.w_shape[4]]}")
+    return grad
+
+
+def _grad_2d(m, grad: Instr, g: _Geometry) -> Instr:
+    n, do, ho, wo, o = _checked_grad(grad, g).shape
     return m.reshape(grad, (n * do, ho, wo, o))
 
 
@@ -126,9 +138,35 @@ def _conv3d(ctx):
     return _conv3d_of(ctx, x, w)
 
 
+# Input gradients with fewer input channels than this go through the depth taps.
+NATIVE_INPUT_GRADIENT_DEPTH = 16
+
+
+def _native(g: _Geometry, op: Op) -> bool:
+    """Whether TF's own 3-D kernel (``op``: a ``CONV3D_OPS`` call of its own) runs this
+    convolution or gradient, rather than the 2-D call on the depth taps.
+
+    Measured on 2 cores of AMD EPYC Zen 4 (TF's kernels chosen as every library call's,
+    oneDNN's or Eigen's cuboid convolution; 12 shapes, batch 4-32, 1-64 channels, in one
+    process against the depth taps): the plain convolution 1.03-1.67x faster native
+    (1.3x at 32 channels: the taps' gather writes kd copies of x), the filter gradient
+    1.2-1.9x.  The input gradient is 1.15-1.34x faster native from 16 input channels up,
+    but 0.51x, 0.78x, 0.88x at 1, 4, 8: the 2-D gradient over kd * C channels is the
+    deeper contraction.  Where P is x itself (one depth tap, stride 1, no depth
+    padding: read in place, nothing gathered) the 2-D call stays: even without a bias
+    (0.97-1.03x), and its bias and ReLU fold into it (passes/epilogue.py; native
+    0.86-0.91x with them).  Dilated convolutions stay too (the gradients are compiled
+    undilated only, as TF's CPU kernels run them)."""
+    if g.dil != (1, 1, 1) or g.taps_are_x:
+        return False
+    return op is not Op.CONV3D_BACKPROP_INPUT or g.x_shape[4] >= NATIVE_INPUT_GRADIENT_DEPTH
+
+
 def _conv3d_of(ctx, x: Instr, w: Instr) -> Instr:
     m = ctx.m
     g = _Geometry(ctx, x.shape, w.shape, dilated_ok=True)
+    if _native(g, Op.CONV3D):
+        return m.convolution_3d(Op.CONV3D, x, w, g.strides, g.flat_pads)
     y = m.convolution(_depth_taps(m, x, g), _filter_2d(m, w), g.strides[1:], g.dil[1:], g.hw_pads)
     return m.reshape(y, (x.shape[0], *g.out, w.shape[4]))
 
@@ -156,6 +194,9 @@ def _conv3d_backprop_filter(ctx):
 def _conv3d_filter_of(ctx, x: Instr, grad: Instr, w_shape: tuple) -> Instr:
     m = ctx.m
     g = _Geometry(ctx, x.shape, w_shape, dilated_ok=False)
+    if _native(g, Op.CONV3D_BACKPROP_FILTER):
+        return m.convolution_3d(Op.CONV3D_BACKPROP_FILTER, x, _checked_grad(grad, g), g.strides,
+                                g.flat_pads, w_shape)
     kd, kh, kw, c, o = w_shape
     dw = _backprop(ctx, Op.CONV_BACKPROP_FILTER, _depth_taps(m, x, g), _grad_2d(m, grad, g),
                    (kh, kw, kd * c, o), g.strides[1:], g.hw_pads)
@@ -212,6 +253,9 @@ def _conv3d_backprop_input(ctx):
 def _conv3d_input_of(ctx, w: Instr, grad: Instr, x_shape: tuple) -> Instr:
     m = ctx.m
     g = _Geometry(ctx, x_shape, w.shape, dilated_ok=False)
+    if _native(g, Op.CONV3D_BACKPROP_INPUT):
+        return m.convolution_3d(Op.CONV3D_BACKPROP_INPUT, w, _checked_grad(grad, g), g.strides,
+                                g.flat_pads, x_shape)
     dp = _backprop(ctx, Op.CONV_BACKPROP_INPUT, _filter_2d(m, w), _grad_2d(m, grad, g),
                    g.p_shape(), g.strides[1:], g.hw_pads)
     return _spread_taps(m, dp, g)

@@ -14,7 +14,10 @@ rewrites
     activation(reshape*(convolution(x, w)) + broadcast(bias))
 
 into ``reshape(convolution-bias(x, w, bias, activation))`` (runtime/tf_kernels.cc
-runs TF's _FusedConv2D), where
+runs TF's _FusedConv2D), and a 3-D convolution's TF kernel call (``convolution-3d``,
+lower/conv3d.py) into ``convolution-3d-bias`` (runtime/tf_conv3d.cc: TF's _FusedConv3D,
+oneDNN's only, where TF runs oneDNN; elsewhere the bias and activation follow the
+call in the runtime's own loop), where
 
 * every reshape between them keeps the channels last (the bias still varies along
   the last dim: a 3-D convolution's 2-D call reshaped back to 5-D, a 1-D one's
@@ -52,6 +55,10 @@ from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
 from tfjit.ir.ops import Kind, Op
 from tfjit.passes.simplify import only_reader, substitute
+
+
+# each convolution and the call that adds its bias and activation
+_FUSED = {Op.CONV: Op.CONV_BIAS, Op.CONV3D: Op.CONV3D_BIAS}
 
 
 class FoldConvolutionBias:
@@ -104,7 +111,7 @@ def _fold_at(add: Instr, users: dict, outputs: set) -> list | None:
         reader = add
         while _keeps_channels(v) and only_reader(v, reader, users, outputs):
             reader, v = v, v.operands[0]
-        if v.op is not Op.CONV or not only_reader(v, reader, users, outputs):
+        if v.op not in _FUSED or not only_reader(v, reader, users, outputs):
             continue
         bias = _bias(b, v.shape[-1])
         if bias is None:
@@ -165,7 +172,7 @@ def _rewrite(fold: list) -> list:
         bias = Instr(Op.RESHAPE, bias.dtype, (bias.size,), (bias,), name=f"{end.name}.bias",
                      source=add.source)
         made.append(bias)
-    fused = Instr(Op.CONV_BIAS, conv.dtype, conv.shape, (*conv.operands, bias),
+    fused = Instr(_FUSED[conv.op], conv.dtype, conv.shape, (*conv.operands, bias),
                   dict(conv.attrs, activation=activation), name=f"{end.name}.conv",
                   source=conv.source)
     made.append(fused)

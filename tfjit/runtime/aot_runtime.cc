@@ -93,6 +93,18 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
     return tfjit_linalg_table()->lu_##suffix(TFJIT_LU_ARGS);                                     \
   }
 
+// the 3-D convolutions: `kind` 0 forward (out is y), 1 input gradient (dx), 2 filter gradient (dw)
+#define TFJIT_AOT_CONV3D(name, kind, suffix, T)                                                 \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_##suffix(void*, int32_t, TFJIT_CONV3D_PARAMS(T)) {  \
+    const int64_t x_size = batch * in_planes * in_rows * in_cols * in_depth;                    \
+    const int64_t w_size = filter_planes * filter_rows * filter_cols * in_depth * out_depth;    \
+    const int64_t y_size = batch * out_planes * out_rows * out_cols * out_depth;                \
+    if (!ZeroIfEmpty(out, kind == 0 ? y_size : kind == 1 ? x_size : w_size,                    \
+                     x_size == 0 || w_size == 0 || y_size == 0))                                \
+      tfjit_linalg_table()->name##_##suffix(TFJIT_CONV3D_ARGS);                                 \
+    return 0;                                                                                    \
+  }
+
 #define TFJIT_AOT_DEFINE(suffix, T)                                                  \
   TFJIT_AOT_DOT(suffix, T)                                                           \
   TFJIT_AOT_QR(suffix, T)                                                            \
@@ -110,7 +122,17 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
   TFJIT_AOT_BACKPROP(conv2d_backprop_filter, false, false, suffix, T)                \
   TFJIT_AOT_BACKPROP(depthwise_backprop_input, true, true, suffix, T)                \
   TFJIT_AOT_BACKPROP(depthwise_backprop_filter, false, true, suffix, T)              \
-  TFJIT_AOT_CONV_BIAS(suffix, T)
+  TFJIT_AOT_CONV_BIAS(suffix, T)                                                     \
+  TFJIT_AOT_CONV3D(conv3d, 0, suffix, T)                                             \
+  TFJIT_AOT_CONV3D(conv3d_backprop_input, 1, suffix, T)                              \
+  TFJIT_AOT_CONV3D(conv3d_backprop_filter, 2, suffix, T)                            \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_conv3d_bias_##suffix(void*, int32_t,              \
+                                                         TFJIT_CONV3D_BIAS_PARAMS(T)) { \
+    tfjit_aot_rt_conv3d_##suffix(nullptr, 0, TFJIT_CONV3D_ARGS);                       \
+    TfjitBiasActivation(out, bias, batch * out_planes * out_rows * out_cols, out_depth, \
+                        activation);                                                   \
+    return 0;                                                                           \
+  }
 
 TFJIT_AOT_DEFINE(f32, float)
 TFJIT_AOT_DEFINE(f64, double)

@@ -204,6 +204,107 @@ void DepthwiseBackpropFilter(T* out, const T* input, const T* grad, int64_t batc
              });
 }
 
+// 3-D convolutions through the 2-D ones above (lower/conv3d.py's depth taps, here
+// for the host runner and tfjit-aot): the kd depth taps of each output plane side by
+// side along the channels, P [N * Do, H, W, kd * C] (zeros in the depth padding), and
+// the filter read as [kh, kw, kd * C, O] make one 2-D convolution.
+struct Conv3DShape {
+  int64_t batch, planes, rows, cols, depth, kd, kh, kw, out_depth, out_planes, out_rows, out_cols,
+      plane_stride, row_stride, col_stride, front, top, bottom, left, right;
+
+  int64_t images() const { return batch * out_planes; }   // P's
+  int64_t taps_depth() const { return kd * depth; }       // P's channels
+
+  // fn(p, x, n): row n of P (kd * depth values) and of x (depth values) for every tap
+  // of every output plane inside the input's depth, p and x offsets in elements.
+  template <typename Fn>
+  void ForEachTap(Fn fn) const {
+    const int64_t plane = rows * cols;
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t o = 0; o < out_planes; ++o) {
+        for (int64_t t = 0; t < kd; ++t) {
+          const int64_t d = o * plane_stride + t - front;
+          if (d < 0 || d >= planes) continue;
+          fn(((n * out_planes + o) * plane) * taps_depth() + t * depth,
+             ((n * planes + d) * plane) * depth, plane);
+        }
+      }
+    }
+  }
+};
+
+#define TFJIT_CONV3D_SHAPE                                                                    \
+  Conv3DShape {                                                                               \
+    batch, in_planes, in_rows, in_cols, in_depth, filter_planes, filter_rows, filter_cols,    \
+        out_depth, out_planes, out_rows, out_cols, plane_stride, row_stride, col_stride,      \
+        pad_front, pad_top, pad_bottom, pad_left, pad_right                                   \
+  }
+
+template <typename T>
+Temp<T, 1> DepthTaps(const T* x, const Conv3DShape& s) {
+  Temp<T, 1> p(s.images() * s.rows * s.cols * s.taps_depth());
+  p.setZero();
+  s.ForEachTap([&](int64_t to, int64_t from, int64_t positions) {
+    for (int64_t q = 0; q < positions; ++q) {
+      std::copy_n(x + from + q * s.depth, s.depth, p.data() + to + q * s.taps_depth());
+    }
+  });
+  return p;
+}
+
+// [kd, kh, kw, C, O] as [kh, kw, kd * C, O], or back (`to_3d`)
+template <typename T>
+void Filter2D(T* out, const T* w, const Conv3DShape& s, bool to_3d) {
+  const int64_t block = s.depth * s.out_depth;
+  for (int64_t t = 0; t < s.kd; ++t) {
+    for (int64_t ij = 0; ij < s.kh * s.kw; ++ij) {
+      const int64_t w3 = (t * s.kh * s.kw + ij) * block, w2 = (ij * s.kd + t) * block;
+      std::copy_n(w + (to_3d ? w2 : w3), block, out + (to_3d ? w3 : w2));
+    }
+  }
+}
+
+template <typename T>
+void Conv3D(TFJIT_CONV3D_PARAMS(T)) {
+  const Conv3DShape s = TFJIT_CONV3D_SHAPE;
+  Temp<T, 1> p = DepthTaps(a, s), w2(s.kh * s.kw * s.taps_depth() * s.out_depth);
+  Filter2D(w2.data(), b, s, false);
+  Conv2D<T>(out, p.data(), w2.data(), s.images(), s.rows, s.cols, s.taps_depth(), s.kh, s.kw,
+            s.out_depth, s.out_rows, s.out_cols, s.row_stride, s.col_stride, 1, 1, s.top,
+            s.bottom, s.left, s.right);
+}
+
+// dx: the 2-D input gradient dP, each tap's share added back to the plane it was
+// gathered from (taps in order).
+template <typename T>
+void Conv3DBackpropInput(TFJIT_CONV3D_PARAMS(T)) {
+  const Conv3DShape s = TFJIT_CONV3D_SHAPE;
+  Temp<T, 1> w2(s.kh * s.kw * s.taps_depth() * s.out_depth), dp(s.images() * s.rows * s.cols * s.taps_depth());
+  Filter2D(w2.data(), a, s, false);
+  Conv2DBackpropInput<T>(dp.data(), w2.data(), b, s.images(), s.rows, s.cols, s.taps_depth(),
+                         s.kh, s.kw, s.out_depth, s.out_rows, s.out_cols, s.row_stride,
+                         s.col_stride, s.top, s.bottom, s.left, s.right);
+  std::fill(out, out + s.batch * s.planes * s.rows * s.cols * s.depth, T(0));
+  s.ForEachTap([&](int64_t from, int64_t to, int64_t positions) {
+    for (int64_t q = 0; q < positions; ++q) {
+      const T* src = dp.data() + from + q * s.taps_depth();
+      T* dst = out + to + q * s.depth;
+      for (int64_t c = 0; c < s.depth; ++c) dst[c] += src[c];
+    }
+  });
+}
+
+// dw: the 2-D filter gradient of P against the output gradient, read back as 3-D.
+template <typename T>
+void Conv3DBackpropFilter(TFJIT_CONV3D_PARAMS(T)) {
+  const Conv3DShape s = TFJIT_CONV3D_SHAPE;
+  Temp<T, 1> p = DepthTaps(a, s), dw2(s.kh * s.kw * s.taps_depth() * s.out_depth);
+  Conv2DBackpropFilter<T>(dw2.data(), p.data(), b, s.images(), s.rows, s.cols, s.taps_depth(),
+                          s.kh, s.kw, s.out_depth, s.out_rows, s.out_cols, s.row_stride,
+                          s.col_stride, s.top, s.bottom, s.left, s.right);
+  Filter2D(out, dw2.data(), s, true);
+}
+
 }  // namespace
 
 // The table's entries for one dtype, in TFJIT_LINALG_FIELDS order.
@@ -213,7 +314,8 @@ using namespace tfjit_host;  // NOLINT: the decompositions' instances, by name
   Dot<T>, Conv2D<T>, Conv2DBackpropInput<T>, Conv2DBackpropFilter<T>,               \
       DepthwiseBackpropInput<T>, DepthwiseBackpropFilter<T>, Qr<T>, TriangularSolve<T>,   \
       MatrixSolve<T>, Cholesky<T>, MatrixInverse<T>, Determinant<T>, LogDeterminant<T>,     \
-      Lu<T>, MatrixSolveLs<T>, SelfAdjointEig<T>, Svd<T>
+      Lu<T>, MatrixSolveLs<T>, SelfAdjointEig<T>, Svd<T>, Conv3D<T>,             \
+      Conv3DBackpropInput<T>, Conv3DBackpropFilter<T>
 
 TFJIT_EXPORT const TfjitLinalg* tfjit_linalg_table() {
   static const TfjitLinalg table = {sizeof(TfjitLinalg), TFJIT_ENTRIES(float), TFJIT_ENTRIES(double)};

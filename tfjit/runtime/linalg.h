@@ -70,6 +70,33 @@ inline void TfjitBiasActivation(T* out, const T* bias, int64_t positions, int64_
   out, a, grad, batch, in_rows, in_cols, in_depth, filter_rows, filter_cols, filter_depth,     \
       out_rows, out_cols, row_stride, col_stride, pad_top, pad_bottom, pad_left, pad_right
 
+// 3-D convolutions, undilated: NDHWC input/output/gradient, filter [filter_planes,
+// filter_rows, filter_cols, in_depth, out_depth] (DHWIO), explicit zero padding.
+// `a` and `b` are the input and the filter (conv3d: out is the NDHWC result), the
+// filter and the output gradient (conv3d_backprop_input: out is dx), or the input and
+// the output gradient (conv3d_backprop_filter: out is dw).
+#define TFJIT_CONV3D_PARAMS(T)                                                                \
+  T *out, const T *a, const T *b, int64_t batch, int64_t in_planes, int64_t in_rows,           \
+      int64_t in_cols, int64_t in_depth, int64_t filter_planes, int64_t filter_rows,           \
+      int64_t filter_cols, int64_t out_depth, int64_t out_planes, int64_t out_rows,            \
+      int64_t out_cols, int64_t plane_stride, int64_t row_stride, int64_t col_stride,          \
+      int64_t pad_front, int64_t pad_back, int64_t pad_top, int64_t pad_bottom,                \
+      int64_t pad_left, int64_t pad_right
+#define TFJIT_CONV3D_ARGS                                                                     \
+  out, a, b, batch, in_planes, in_rows, in_cols, in_depth, filter_planes, filter_rows,          \
+      filter_cols, out_depth, out_planes, out_rows, out_cols, plane_stride, row_stride,         \
+      col_stride, pad_front, pad_back, pad_top, pad_bottom, pad_left, pad_right
+
+// A 3-D convolution with its bias [out_depth] and activation fused (_FusedConv3D):
+// the bias after the filter, the activation last.
+#define TFJIT_CONV3D_BIAS_PARAMS(T)                                                           \
+  T *out, const T *a, const T *b, const T *bias, int64_t batch, int64_t in_planes,             \
+      int64_t in_rows, int64_t in_cols, int64_t in_depth, int64_t filter_planes,               \
+      int64_t filter_rows, int64_t filter_cols, int64_t out_depth, int64_t out_planes,         \
+      int64_t out_rows, int64_t out_cols, int64_t plane_stride, int64_t row_stride,            \
+      int64_t col_stride, int64_t pad_front, int64_t pad_back, int64_t pad_top,                \
+      int64_t pad_bottom, int64_t pad_left, int64_t pad_right, int32_t activation
+
 // QR of the matrices x [batch, m, n] (m, n > 0): out holds Q [batch, m, k], then
 // R [batch, k, n] from TfjitQrROffset (64-byte aligned, as TF's tensors must be),
 // with k = m when full_matrices, else min(m, n) (ir/packing.py's qr_parts).
@@ -156,6 +183,8 @@ using TfjitConv2DFn = void (*)(TFJIT_CONV2D_PARAMS(T));
 template <typename T>
 using TfjitBackpropFn = void (*)(TFJIT_BACKPROP_PARAMS(T));
 template <typename T>
+using TfjitConv3DFn = void (*)(TFJIT_CONV3D_PARAMS(T));
+template <typename T>
 using TfjitQrFn = void (*)(TFJIT_QR_PARAMS(T));
 template <typename T>
 using TfjitSolveFn = int32_t (*)(TFJIT_SOLVE_PARAMS(T));
@@ -185,7 +214,10 @@ using TfjitSpectralFn = int32_t (*)(TFJIT_SPECTRAL_PARAMS(T));
   TfjitLuFn<T> lu_##suffix;                              \
   TfjitSolveLsFn<T> matrix_solve_ls_##suffix;            \
   TfjitSpectralFn<T> self_adjoint_eig_##suffix;          \
-  TfjitSpectralFn<T> svd_##suffix;
+  TfjitSpectralFn<T> svd_##suffix;                       \
+  TfjitConv3DFn<T> conv3d_##suffix;                      \
+  TfjitConv3DFn<T> conv3d_backprop_input_##suffix;       \
+  TfjitConv3DFn<T> conv3d_backprop_filter_##suffix;
 
 struct TfjitLinalg {
   int64_t size;   // sizeof(TfjitLinalg) where the table was filled

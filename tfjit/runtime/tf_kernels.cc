@@ -149,7 +149,11 @@ const char* OneDnnOp(absl::string_view op) {
       {"Conv2DBackpropInput", "_MklNativeConv2DBackpropInput"},
       {"Conv2DBackpropFilter", "_MklNativeConv2DBackpropFilter"},
       {"DepthwiseConv2dNativeBackpropInput", "_MklNativeDepthwiseConv2dNativeBackpropInput"},
-      {"DepthwiseConv2dNativeBackpropFilter", "_MklNativeDepthwiseConv2dNativeBackpropFilter"}};
+      {"DepthwiseConv2dNativeBackpropFilter", "_MklNativeDepthwiseConv2dNativeBackpropFilter"},
+      {"Conv3D", "_MklNativeConv3D"},
+      {"_FusedConv3D", "_MklNativeFusedConv3D"},
+      {"Conv3DBackpropInputV2", "_MklNativeConv3DBackpropInputV2"},
+      {"Conv3DBackpropFilterV2", "_MklNativeConv3DBackpropFilterV2"}};
   auto it = ops->find(op);
   return it == ops->end() ? nullptr : it->second;
 }
@@ -245,15 +249,8 @@ absl::Status Compute(OpKernelContext* launch, OpKernel* kernel, absl::Span<Tenso
   return absl::OkStatus();
 }
 
-namespace {
-
-// Runs the kernel of `family` for `spec`; returns 0, or 1 with the status in
-// runtime->error. A oneDNN kernel that fails (oneDNN refuses some paddings the
-// default kernels take), or a split run that fails, is retried with the default one.
-// A kMeasured call runs the family MeasuredFamily hands out and reports how that run
-// went; `parts`, where given, says how the call divides for kSplit.
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
-            absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr) {
+            absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts) {
   Measurement measurement;
   const bool measured = family == kMeasured || family == kMeasuredWithoutOneDnn;
   // Only a measured call may run in parts, and MeasuredFamily hands out kSplit only
@@ -285,18 +282,24 @@ int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
   return 1;
 }
 
-// TF's Padding attr for explicit amounts: VALID or SAME where those mean the same
-// padding (TF's kernels take their fast paths only for them), else EXPLICIT.
-const char* PaddingKind(const int64_t in[2], const int64_t window[2], const int64_t stride[2],
-                        const int64_t pads[4]) {
-  if (pads[0] == 0 && pads[1] == 0 && pads[2] == 0 && pads[3] == 0) return "VALID";
-  for (int d = 0; d < 2; ++d) {
+std::vector<std::string> FusedOps(int32_t activation) {
+  if (activation == kTfjitRelu) return {"BiasAdd", "Relu"};
+  if (activation == kTfjitRelu6) return {"BiasAdd", "Relu6"};
+  return {"BiasAdd"};
+}
+
+const char* PaddingKind(int dims, const int64_t* in, const int64_t* window, const int64_t* stride,
+                        const int64_t* pads) {
+  if (std::all_of(pads, pads + 2 * dims, [](int64_t p) { return p == 0; })) return "VALID";
+  for (int d = 0; d < dims; ++d) {
     const int64_t out = (in[d] + stride[d] - 1) / stride[d];
     const int64_t total = std::max<int64_t>((out - 1) * stride[d] + window[d] - in[d], 0);
     if (pads[2 * d] != total / 2 || pads[2 * d + 1] != total - total / 2) return "EXPLICIT";
   }
   return "SAME";
 }
+
+namespace {
 
 // The attributes the convolution ops share.
 struct ConvAttrs {
@@ -311,7 +314,7 @@ struct ConvAttrs {
     const int64_t in[2] = {in_rows, in_cols};
     const int64_t window[2] = {(filter_rows - 1) * row_dilation + 1,
                                (filter_cols - 1) * col_dilation + 1};
-    padding = PaddingKind(in, window, strides, pads);
+    padding = PaddingKind(2, in, window, strides, pads);
   }
 
   bool explicit_padding() const { return std::strcmp(padding, "EXPLICIT") == 0; }
@@ -401,13 +404,6 @@ int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T),
   const RowParts parts{by_rows ? batch * m : batched ? batch : 0, part_shape,
                        by_rows ? 1u : (lhs_stride != 0 ? 1u : 0u) | (rhs_stride != 0 ? 2u : 0u)};
   return Run(rt, family, spec, inputs, Borrow(dtype, out_shape, out), &parts);
-}
-
-// TF's fused_ops for a fused convolution's activation (TfjitActivation).
-std::vector<std::string> FusedOps(int32_t activation) {
-  if (activation == kTfjitRelu) return {"BiasAdd", "Relu"};
-  if (activation == kTfjitRelu6) return {"BiasAdd", "Relu6"};
-  return {"BiasAdd"};
 }
 
 // A convolution, or with `bias` (not null) activation(convolution + bias) in one call:

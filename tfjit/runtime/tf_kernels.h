@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -115,6 +116,24 @@ int32_t MeasuredFamily(const KernelSpec& spec, absl::Span<Tensor> inputs, bool c
 // Reports a run of `family` that MeasuredFamily handed out: whether it succeeded and
 // how long it took.
 void RecordMeasurement(const Measurement& m, int32_t family, bool ok, double micros);
+
+// Runs the kernel of `family` for `spec` on `inputs` into `out`, under the launch's
+// context: 0, or 1 with the status in runtime->error. A oneDNN kernel that fails
+// (oneDNN refuses some paddings the default kernels take), or a split run that fails,
+// is retried with the default one. A kMeasured call runs the family MeasuredFamily
+// hands out and reports how that run went; `parts`, where given, says how the call
+// divides for kSplit.
+int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
+            absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr);
+
+// TF's fused_ops for a fused convolution's activation (TfjitActivation).
+std::vector<std::string> FusedOps(int32_t activation);
+
+// TF's Padding attr for explicit amounts (`pads`: low and high per spatial dim) of a
+// convolution over `dims` spatial dims: VALID or SAME where those mean the same
+// padding (TF's kernels take their fast paths only for them), else EXPLICIT.
+const char* PaddingKind(int dims, const int64_t* in, const int64_t* window, const int64_t* stride,
+                        const int64_t* pads);
 
 // The host library's table (linalg.h), or null before the host runner hands it over.
 const TfjitLinalg* HostLinalg();
