@@ -38,7 +38,7 @@ from tfjit.ir import text, verify
 from tfjit.ir.module import Module
 from tfjit.lower.graph_to_ir import lower_cluster
 from tfjit.passes import buffers, concurrency, fusion, kernel_order
-from tfjit.passes.dots import DotsAsReductions, FoldBatchIntoContraction
+from tfjit.passes.dots import Bf16Products, DotsAsReductions, FoldBatchIntoContraction
 from tfjit.passes.epilogue import FoldConvolutionBias
 from tfjit.passes.sibling_convs import MergeSiblingConvolutions
 from tfjit.passes.simplify import (CSE, DCE, FlattenReductions, MishFactor, RepeatsAsBroadcasts,
@@ -202,7 +202,7 @@ class _OnModule:
 
 
 PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), DotsAsReductions(),
-          CancelTransposes(),
+          Bf16Products(), CancelTransposes(),
           ScatterBetweenTransposes(), FoldConvolutionBias(), MergeSiblingConvolutions(),
           TwoStageReductions(), ReshapeChains(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order

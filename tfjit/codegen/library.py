@@ -22,7 +22,9 @@ from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
 from tfjit.ir.ops import CONV3D_OPS, FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
 
-_SUFFIX = {"f32": "f32", "f64": "f64"}
+_SUFFIX = {"f32": "f32", "f64": "f64", "bf16": "bf16"}
+# the calls with a bf16 entry point (passes/dots.py Bf16Products); the others f32/f64 only
+BF16_CALLS = frozenset({"dot"})
 
 # name -> argument types after (runtime, kernel, out, the operands); all but the flags
 # are i64.
@@ -65,7 +67,7 @@ def runtime_symbols(prefix: str = "tfjit_rt_") -> list[str]:
     """Every runtime-library function a kernel may call (runtime/tf_kernels.cc exports
     them as ``tfjit_rt_*``, the AOT runtime, runtime/aot_runtime.cc, as ``tfjit_aot_rt_*``)."""
     return [f"{prefix}{k}_{s}" for k in SIGNATURES for s in _SUFFIX.values()
-            if prefix == "tfjit_rt_" or k not in ONLY_UNDER_TF]
+            if (prefix == "tfjit_rt_" or k not in ONLY_UNDER_TF) and (s != "bf16" or k in BF16_CALLS)]
 
 
 def _dot_args(i) -> list:
@@ -238,6 +240,11 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     step)."""
     if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
+    if i.dtype is dt.BF16:
+        return (ONEDNN, "TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS): its bf16 "
+                "product, as graph mode's") if onednn else \
+            (MEASURED, f"in f32 (TF runs no oneDNN here, and its default bf16 kernel is Eigen's "
+             f"slow one): the operands widened, {_MEASURED}, the result rounded once")
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):

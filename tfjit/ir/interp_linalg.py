@@ -13,8 +13,11 @@ from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral
 from tfjit.ir.ops import FFT_TYPES, Op
 
 def dot(lhs, rhs, transpose_lhs, transpose_rhs):
+    """A bf16 product is summed in f32 and rounded once, as TF's bf16 MatMul."""
     a = np.swapaxes(lhs, -1, -2) if transpose_lhs else lhs
     b = np.swapaxes(rhs, -1, -2) if transpose_rhs else rhs
+    if lhs.dtype.itemsize == 2:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(lhs.dtype)
     return np.matmul(a, b)
 
 

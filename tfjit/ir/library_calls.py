@@ -10,17 +10,22 @@ from tfjit.ir.ops import CONV_ACTIVATIONS, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRA
 from tfjit.ir.packing import fft_shape, log_determinant_parts, lu_parts, qr_parts, spectral_parts
 
 
+# a dot also takes bf16 (passes/dots.py Bf16Products: TF's bf16 MatMul, f32 accumulation)
+DOT_DTYPES = LIBRARY_DTYPES + (dt.BF16,)
+
+
 class LibraryCalls:
     """Mixed into ``Module``, whose ``_add`` appends the instruction."""
 
     def dot(self, lhs: Instr, rhs: Instr, transpose_lhs: bool = False,
             transpose_rhs: bool = False) -> Instr:
-        """Matrix product of the trailing two dims; an optional leading batch dim may be 1
-        on one side (broadcast).  ``transpose_*``: the operand is stored transposed."""
+        """Matrix product of the trailing two dims (f32, f64, or bf16 summed in f32 and
+        rounded once); an optional leading batch dim may be 1 on one side (broadcast).  ``transpose_*``: the operand is stored transposed."""
         if lhs.rank != rhs.rank or lhs.rank not in (2, 3) or lhs.dtype is not rhs.dtype \
-                or lhs.dtype not in LIBRARY_DTYPES:
+                or lhs.dtype not in DOT_DTYPES:
             raise IRError(f"dot of {lhs.dtype.name}{list(lhs.shape)} and "
-                          f"{rhs.dtype.name}{list(rhs.shape)}: needs two f32/f64 operands of rank 2 or 3")
+                          f"{rhs.dtype.name}{list(rhs.shape)}: needs two f32/f64/bf16 operands of "
+                          "rank 2 or 3")
         m, k = lhs.shape[-2:][::-1] if transpose_lhs else lhs.shape[-2:]
         k2, n = rhs.shape[-2:][::-1] if transpose_rhs else rhs.shape[-2:]
         if k != k2:

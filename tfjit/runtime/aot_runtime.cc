@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "linalg.h"
 
@@ -136,3 +137,17 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
 
 TFJIT_AOT_DEFINE(f32, float)
 TFJIT_AOT_DEFINE(f64, double)
+
+// the bf16 product (passes/dots.py Bf16Products): widened to f32, the f32 product,
+// rounded once (as tf_bf16.cc without oneDNN)
+TFJIT_EXPORT int32_t tfjit_aot_rt_dot_bf16(void*, int32_t, TFJIT_DOT_PARAMS(uint16_t)) {
+  const int64_t lhs_size = lhs_stride != 0 ? batch * lhs_stride : m * k;
+  const int64_t rhs_size = rhs_stride != 0 ? batch * rhs_stride : k * n;
+  std::vector<float> a(lhs_size), b(rhs_size), c(batch * m * n);
+  for (int64_t i = 0; i < lhs_size; ++i) a[i] = TfjitBf16ToF32(lhs[i]);
+  for (int64_t i = 0; i < rhs_size; ++i) b[i] = TfjitBf16ToF32(rhs[i]);
+  tfjit_aot_rt_dot_f32(nullptr, 0, c.data(), a.data(), b.data(), batch, lhs_stride, rhs_stride, m,
+                       n, k, transpose_lhs, transpose_rhs);
+  for (int64_t i = 0; i < batch * m * n; ++i) out[i] = TfjitF32ToBf16(c[i]);
+  return 0;
+}

@@ -38,6 +38,24 @@
       int64_t col_stride, int64_t row_dilation, int64_t col_dilation, int64_t pad_top,        \
       int64_t pad_bottom, int64_t pad_left, int64_t pad_right, int32_t activation
 
+// bfloat16 <-> float as TF converts (Eigen's: round to nearest even, a NaN stays NaN),
+// on the raw 16 bits: the bf16 product widened where no bf16 kernel runs it
+// (tf_bf16.cc, aot_runtime.cc).
+inline float TfjitBf16ToF32(uint16_t h) {
+  const uint32_t u = uint32_t{h} << 16;
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline uint16_t TfjitF32ToBf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
 // The activations (codegen/library.py ACTIVATION_CODES) and TF's fused_ops naming them.
 enum TfjitActivation : int32_t { kTfjitNoActivation = 0, kTfjitRelu = 1, kTfjitRelu6 = 2 };
 

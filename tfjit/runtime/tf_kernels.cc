@@ -198,7 +198,7 @@ absl::StatusOr<OpKernel*> CachedKernel(OpKernelContext* ctx, int32_t family,
   }
   absl::StatusOr<std::unique_ptr<OpKernel>> kernel = absl::NotFoundError("no oneDNN kernel");
   const char* onednn = OneDnnOp(spec.op);
-  if (family == kOneDnn && spec.dtype == DT_FLOAT && onednn != nullptr) {
+  if (family == kOneDnn && (spec.dtype == DT_FLOAT || spec.dtype == DT_BFLOAT16) && onednn != nullptr) {
     kernel = CreateKernel(ctx, spec, onednn, kOneDnnLabel);
   }
   if (!kernel.ok()) kernel = CreateKernel(ctx, spec, spec.op, nullptr);
@@ -525,6 +525,14 @@ int32_t Qr(void* runtime, int32_t /*family*/, TFJIT_QR_PARAMS(T), HostFn<TfjitQr
 }
 
 }  // namespace
+
+int32_t DotF32(void* runtime, int32_t family, TFJIT_DOT_PARAMS(float)) {
+  return Dot<float>(runtime, family, TFJIT_DOT_ARGS, &TfjitLinalg::dot_f32);
+}
+
+int32_t OneDnnDotBf16(void* runtime, TFJIT_DOT_PARAMS(bfloat16)) {
+  return Dot<bfloat16>(runtime, kOneDnn, TFJIT_DOT_ARGS, nullptr);
+}
 
 int32_t RunDefault(void* runtime, const KernelSpec& spec, absl::Span<Tensor> inputs,
                    absl::Span<const Tensor> outs) {

@@ -126,6 +126,11 @@ void RecordMeasurement(const Measurement& m, int32_t family, bool ok, double mic
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr);
 
+// The f32 product as tfjit_rt_dot_f32 runs it, and the bf16 one on oneDNN's kernel
+// (runtime not null): tf_bf16.cc's.
+int32_t DotF32(void* runtime, int32_t family, TFJIT_DOT_PARAMS(float));
+int32_t OneDnnDotBf16(void* runtime, TFJIT_DOT_PARAMS(bfloat16));
+
 // TF's fused_ops for a fused convolution's activation (TfjitActivation).
 std::vector<std::string> FusedOps(int32_t activation);
 
