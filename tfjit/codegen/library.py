@@ -24,7 +24,7 @@ from tfjit.passes.cost import library_flops
 
 _SUFFIX = {"f32": "f32", "f64": "f64", "bf16": "bf16"}
 # the calls with a bf16 entry point (passes/dots.py Bf16Products); the others f32/f64 only
-BF16_CALLS = frozenset({"dot"})
+BF16_CALLS = frozenset({"dot", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"})
 
 # name -> argument types after (runtime, kernel, out, the operands); all but the flags
 # are i64.
@@ -241,10 +241,12 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is dt.BF16:
-        return (ONEDNN, "TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS): its bf16 "
-                "product, as graph mode's") if onednn else \
-            (MEASURED, f"in f32 (TF runs no oneDNN here, and its default bf16 kernel is Eigen's "
-             f"slow one): the operands widened, {_MEASURED}, the result rounded once")
+        if onednn and (i.op is Op.DOT or not _pads_beyond_window(i)):
+            return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS): its bf16 "
+                            "kernel, as graph mode's")
+        return MEASURED, (f"in f32 (TF runs no oneDNN here, or oneDNN refuses this padding; TF's "
+                          f"default bf16 kernels are Eigen's slow ones): the operands widened, "
+                          f"{_MEASURED}, the result rounded once")
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):

@@ -21,6 +21,20 @@ def dot(lhs, rhs, transpose_lhs, transpose_rhs):
     return np.matmul(a, b)
 
 
+def _in_f32_if_half(fn):
+    """A bf16 product or convolution is summed in f32 and rounded once, as TF's bf16
+    kernels (and the runtime: passes/dots.py Bf16Products)."""
+    def wrapped(*args):
+        arrays = [a for a in args if isinstance(a, np.ndarray)]
+        if not arrays or arrays[0].dtype.itemsize != 2:
+            return fn(*args)
+        half = arrays[0].dtype
+        widened = [a.astype(np.float32) if isinstance(a, np.ndarray) else a for a in args]
+        return np.asarray(fn(*widened)).astype(half)
+    return wrapped
+
+
+@_in_f32_if_half
 def conv(x, w, strides, dilations, padding):
     """NHWC x HWIO, explicit padding: a sum over the filter taps of strided views."""
     n, h, wd, c = x.shape
@@ -39,6 +53,11 @@ def conv(x, w, strides, dilations, padding):
 
 
 def conv_backprop(instr, a, g):
+    return _conv_backprop(instr, a, g) if a.dtype.itemsize != 2 else \
+        _conv_backprop(instr, a.astype(np.float32), g.astype(np.float32)).astype(a.dtype)
+
+
+def _conv_backprop(instr, a, g):
     """The convolution gradients (``Op.CONV_BACKPROPS``): for each filter tap, the
     strided window of the padded input it meets, as in ``conv``."""
     op, (sh, sw), (top, bottom, left, right) = instr.op, instr.attrs["strides"], instr.attrs["padding"]

@@ -10,8 +10,9 @@ from tfjit.ir.ops import CONV_ACTIVATIONS, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRA
 from tfjit.ir.packing import fft_shape, log_determinant_parts, lu_parts, qr_parts, spectral_parts
 
 
-# a dot also takes bf16 (passes/dots.py Bf16Products: TF's bf16 MatMul, f32 accumulation)
-DOT_DTYPES = LIBRARY_DTYPES + (dt.BF16,)
+# a dot, a 2-D convolution and its gradients also take bf16 (passes/dots.py
+# Bf16Products: TF's bf16 kernels, f32 sums rounded once)
+PRODUCT_DTYPES = LIBRARY_DTYPES + (dt.BF16,)
 
 
 class LibraryCalls:
@@ -22,7 +23,7 @@ class LibraryCalls:
         """Matrix product of the trailing two dims (f32, f64, or bf16 summed in f32 and
         rounded once); an optional leading batch dim may be 1 on one side (broadcast).  ``transpose_*``: the operand is stored transposed."""
         if lhs.rank != rhs.rank or lhs.rank not in (2, 3) or lhs.dtype is not rhs.dtype \
-                or lhs.dtype not in DOT_DTYPES:
+                or lhs.dtype not in PRODUCT_DTYPES:
             raise IRError(f"dot of {lhs.dtype.name}{list(lhs.shape)} and "
                           f"{rhs.dtype.name}{list(rhs.shape)}: needs two f32/f64/bf16 operands of "
                           "rank 2 or 3")
@@ -51,6 +52,7 @@ class LibraryCalls:
         in one library call (passes/epilogue.py builds it from the three)."""
         shape, attrs = _convolution(x, w, strides, dilations, padding)
         if bias.rank != 1 or bias.dtype is not x.dtype or bias.shape[0] != w.shape[3] \
+                or x.dtype not in LIBRARY_DTYPES \
                 or activation not in CONV_ACTIVATIONS:
             raise IRError(f"convolution-bias: bias {bias.dtype.name}{list(bias.shape)} for "
                           f"{w.shape[3]} channels of {x.dtype.name}, activation {activation!r} "
@@ -68,11 +70,11 @@ class LibraryCalls:
         strides, padding, shape = tuple(strides), tuple(padding), tuple(shape)
         of_input = op in (Op.CONV_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_INPUT)
         x_shape, w_shape = (shape, a.shape) if of_input else (a.shape, shape)
+        depthwise = op in (Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER)
         bad = op not in CONV_BACKPROPS or a.dtype is not grad.dtype \
-            or a.dtype not in LIBRARY_DTYPES or a.rank != 4 or grad.rank != 4 or len(shape) != 4 \
+            or a.dtype not in (LIBRARY_DTYPES if depthwise else PRODUCT_DTYPES) or a.rank != 4 or grad.rank != 4 or len(shape) != 4 \
             or len(strides) != 2 or len(padding) != 4 or min(strides) < 1 or min(padding) < 0
         if not bad:
-            depthwise = op in (Op.DEPTHWISE_BACKPROP_INPUT, Op.DEPTHWISE_BACKPROP_FILTER)
             depth = w_shape[2] * w_shape[3] if depthwise else w_shape[3]
             bad = x_shape[3] != w_shape[2] or grad.shape[0] != x_shape[0] or grad.shape[3] != depth
         if not bad:
@@ -208,7 +210,7 @@ class LibraryCalls:
 def _convolution(x: Instr, w: Instr, strides, dilations, padding) -> tuple:
     """(result shape, attrs) of a 2-D convolution, its operands checked."""
     strides, dilations, padding = tuple(strides), tuple(dilations), tuple(padding)
-    if x.rank != 4 or w.rank != 4 or x.dtype is not w.dtype or x.dtype not in LIBRARY_DTYPES \
+    if x.rank != 4 or w.rank != 4 or x.dtype is not w.dtype or x.dtype not in PRODUCT_DTYPES \
             or x.shape[3] != w.shape[2] or len(strides) != 2 or len(dilations) != 2 \
             or len(padding) != 4 or min(strides + dilations) < 1 or min(padding) < 0:
         raise IRError(f"convolution of {x.dtype.name}{list(x.shape)} with "

@@ -138,16 +138,52 @@ bool ZeroIfEmpty(T* out, int64_t out_size, bool empty) {
 TFJIT_AOT_DEFINE(f32, float)
 TFJIT_AOT_DEFINE(f64, double)
 
-// the bf16 product (passes/dots.py Bf16Products): widened to f32, the f32 product,
-// rounded once (as tf_bf16.cc without oneDNN)
-TFJIT_EXPORT int32_t tfjit_aot_rt_dot_bf16(void*, int32_t, TFJIT_DOT_PARAMS(uint16_t)) {
-  const int64_t lhs_size = lhs_stride != 0 ? batch * lhs_stride : m * k;
-  const int64_t rhs_size = rhs_stride != 0 ? batch * rhs_stride : k * n;
-  std::vector<float> a(lhs_size), b(rhs_size), c(batch * m * n);
-  for (int64_t i = 0; i < lhs_size; ++i) a[i] = TfjitBf16ToF32(lhs[i]);
-  for (int64_t i = 0; i < rhs_size; ++i) b[i] = TfjitBf16ToF32(rhs[i]);
-  tfjit_aot_rt_dot_f32(nullptr, 0, c.data(), a.data(), b.data(), batch, lhs_stride, rhs_stride, m,
-                       n, k, transpose_lhs, transpose_rhs);
-  for (int64_t i = 0; i < batch * m * n; ++i) out[i] = TfjitF32ToBf16(c[i]);
-  return 0;
+// the bf16 products and convolutions (passes/dots.py Bf16Products): the operands
+// widened to f32, the f32 call, the result rounded once (as tf_bf16.cc without oneDNN)
+template <typename Call>
+int32_t ViaF32(uint16_t* out, int64_t out_size, const uint16_t* a, int64_t a_size,
+               const uint16_t* b, int64_t b_size, Call call) {
+  std::vector<float> wa(a_size), wb(b_size), wc(out_size);
+  for (int64_t i = 0; i < a_size; ++i) wa[i] = TfjitBf16ToF32(a[i]);
+  for (int64_t i = 0; i < b_size; ++i) wb[i] = TfjitBf16ToF32(b[i]);
+  const int32_t rc = call(wc.data(), wa.data(), wb.data());
+  for (int64_t i = 0; i < out_size; ++i) out[i] = TfjitF32ToBf16(wc[i]);
+  return rc;
 }
+
+TFJIT_EXPORT int32_t tfjit_aot_rt_dot_bf16(void*, int32_t, TFJIT_DOT_PARAMS(uint16_t)) {
+  return ViaF32(out, batch * m * n, lhs, lhs_stride != 0 ? batch * lhs_stride : m * k, rhs,
+                rhs_stride != 0 ? batch * rhs_stride : k * n,
+                [&](float* o, const float* a, const float* b) {
+                  return tfjit_aot_rt_dot_f32(nullptr, 0, o, a, b, batch, lhs_stride, rhs_stride,
+                                              m, n, k, transpose_lhs, transpose_rhs);
+                });
+}
+
+TFJIT_EXPORT int32_t tfjit_aot_rt_conv2d_bf16(void*, int32_t, TFJIT_CONV2D_PARAMS(uint16_t)) {
+  return ViaF32(out, batch * out_rows * out_cols * out_depth, input,
+                batch * in_rows * in_cols * in_depth, filter,
+                filter_rows * filter_cols * in_depth * out_depth,
+                [&](float* o, const float* x, const float* w) {
+                  return tfjit_aot_rt_conv2d_f32(
+                      nullptr, 0, o, x, w, batch, in_rows, in_cols, in_depth, filter_rows,
+                      filter_cols, out_depth, out_rows, out_cols, row_stride, col_stride,
+                      row_dilation, col_dilation, pad_top, pad_bottom, pad_left, pad_right);
+                });
+}
+
+#define TFJIT_AOT_BACKPROP_BF16(name, of_input)                                                   \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_bf16(void*, int32_t, TFJIT_BACKPROP_PARAMS(uint16_t)) { \
+    const int64_t x_size = batch * in_rows * in_cols * in_depth;                                  \
+    const int64_t w_size = filter_rows * filter_cols * in_depth * filter_depth;                   \
+    return ViaF32(out, of_input ? x_size : w_size, a, of_input ? w_size : x_size, grad,           \
+                  batch * out_rows * out_cols * filter_depth,                                     \
+                  [&](float* o, const float* wa, const float* g) {                                \
+                    return tfjit_aot_rt_##name##_f32(                                             \
+                        nullptr, 0, o, wa, g, batch, in_rows, in_cols, in_depth, filter_rows,     \
+                        filter_cols, filter_depth, out_rows, out_cols, row_stride, col_stride,    \
+                        pad_top, pad_bottom, pad_left, pad_right);                                \
+                  });                                                                             \
+  }
+TFJIT_AOT_BACKPROP_BF16(conv2d_backprop_input, true)
+TFJIT_AOT_BACKPROP_BF16(conv2d_backprop_filter, false)

@@ -1,8 +1,11 @@
-// The runtime library's bfloat16 product (called as tf_kernels.cc's entry points are,
-// by codegen/library.py; passes/dots.py Bf16Products makes the calls):
+// The runtime library's bfloat16 products and convolutions (called as tf_kernels.cc's
+// entry points are, by codegen/library.py; passes/dots.py Bf16Products makes the calls):
 //   tfjit_rt_dot_bf16(runtime, kernel, TFJIT_DOT_PARAMS(bf16))
-// Where TF runs oneDNN (`kernel` kOneDnn) TF's bf16 MatMul/BatchMatMulV2 on oneDNN's
-// kernel, what graph mode runs (AVX512-BF16 or AMX where the CPU has them). Elsewhere
+//   tfjit_rt_conv2d_bf16(runtime, kernel, TFJIT_CONV2D_PARAMS(bf16))
+//   tfjit_rt_conv2d_backprop_{input,filter}_bf16(runtime, kernel, TFJIT_BACKPROP_PARAMS(bf16))
+// Where TF runs oneDNN (`kernel` kOneDnn) TF's bf16 MatMul/BatchMatMulV2, Conv2D,
+// Conv2DBackpropInput/Filter on oneDNN's kernels, what graph mode runs (AVX512-BF16 or
+// AMX where the CPU has them). Elsewhere
 // (any other family, or the host runner) the operands are widened to f32 (exactly),
 // the f32 product runs as tfjit_rt_dot_f32 runs it, and the result is rounded to bf16
 // once: the arithmetic of TF's bf16 kernels (f32 sums) and of tfjit's converts around an
@@ -60,22 +63,74 @@ void Split(void* runtime, TfjitKernelFn fn, Convert* job, int64_t n) {
   }
 }
 
+// Runs `call(out, a, b)` (an f32 call of any family, or on the host library) on the
+// operands a [a_size] and b [b_size] widened to f32, and rounds its result [out_size].
+template <typename Call>
+int32_t ViaF32(void* runtime, bfloat16* out, int64_t out_size, const bfloat16* a, int64_t a_size,
+               const bfloat16* b, int64_t b_size, Call call) {
+  const Floats wa = AlignedFloats(a_size), wb = AlignedFloats(b_size), wc = AlignedFloats(out_size);
+  Convert widen_a{reinterpret_cast<const uint16_t*>(a), nullptr, wa.get(), nullptr};
+  Convert widen_b{reinterpret_cast<const uint16_t*>(b), nullptr, wb.get(), nullptr};
+  Split(runtime, Widen, &widen_a, a_size);
+  Split(runtime, Widen, &widen_b, b_size);
+  const int32_t rc = call(wc.get(), wa.get(), wb.get());
+  if (rc != 0) return rc;
+  Convert round{nullptr, wc.get(), nullptr, reinterpret_cast<uint16_t*>(out)};
+  Split(runtime, Round, &round, out_size);
+  return 0;
+}
+
+// The f32 call's family: a widened call is measured as an f32 one is.
+int32_t F32Family(int32_t family) { return family == kOneDnn ? kMeasured : family; }
+
 int32_t DotBf16(void* runtime, int32_t family, TFJIT_DOT_PARAMS(bfloat16)) {
-  if (runtime != nullptr && family == kOneDnn) return OneDnnDotBf16(runtime, TFJIT_DOT_ARGS);
+  if (runtime != nullptr && family == kOneDnn) {
+    return Dot<bfloat16>(runtime, family, TFJIT_DOT_ARGS, nullptr);
+  }
   const int64_t lhs_size = lhs_stride != 0 ? batch * lhs_stride : m * k;
   const int64_t rhs_size = rhs_stride != 0 ? batch * rhs_stride : k * n;
-  const Floats a = AlignedFloats(lhs_size), b = AlignedFloats(rhs_size), c = AlignedFloats(batch * m * n);
-  Convert widen_lhs{reinterpret_cast<const uint16_t*>(lhs), nullptr, a.get(), nullptr};
-  Convert widen_rhs{reinterpret_cast<const uint16_t*>(rhs), nullptr, b.get(), nullptr};
-  Split(runtime, Widen, &widen_lhs, lhs_size);
-  Split(runtime, Widen, &widen_rhs, rhs_size);
-  const int32_t rc = DotF32(runtime, family == kOneDnn ? kMeasured : family, c.get(), a.get(),
-                            b.get(), batch, lhs_stride, rhs_stride, m, n, k, transpose_lhs,
-                            transpose_rhs);
-  if (rc != 0) return rc;
-  Convert round{nullptr, c.get(), nullptr, reinterpret_cast<uint16_t*>(out)};
-  Split(runtime, Round, &round, batch * m * n);
-  return 0;
+  return ViaF32(runtime, out, batch * m * n, lhs, lhs_size, rhs, rhs_size,
+                [&](float* o, const float* a, const float* b) {
+                  return Dot<float>(runtime, F32Family(family), o, a, b, batch, lhs_stride,
+                                    rhs_stride, m, n, k, transpose_lhs, transpose_rhs,
+                                    &TfjitLinalg::dot_f32);
+                });
+}
+
+int32_t Conv2DBf16(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(bfloat16)) {
+  if (runtime != nullptr && family == kOneDnn) {
+    return Convolution<bfloat16>(runtime, family, TFJIT_CONV2D_ARGS, nullptr, 0, nullptr);
+  }
+  return ViaF32(runtime, out, batch * out_rows * out_cols * out_depth, input,
+                batch * in_rows * in_cols * in_depth, filter,
+                filter_rows * filter_cols * in_depth * out_depth,
+                [&](float* o, const float* x, const float* w) {
+                  return Convolution<float>(
+                      runtime, F32Family(family), o, x, w, batch, in_rows, in_cols, in_depth,
+                      filter_rows, filter_cols, out_depth, out_rows, out_cols, row_stride,
+                      col_stride, row_dilation, col_dilation, pad_top, pad_bottom, pad_left,
+                      pad_right, nullptr, 0, &TfjitLinalg::conv2d_f32);
+                });
+}
+
+template <bool kOfInput>
+int32_t BackpropBf16(void* runtime, int32_t family, TFJIT_BACKPROP_PARAMS(bfloat16)) {
+  const char* op = kOfInput ? "Conv2DBackpropInput" : "Conv2DBackpropFilter";
+  if (runtime != nullptr && family == kOneDnn) {
+    return Backprop<bfloat16>(op, kOfInput, false, runtime, family, TFJIT_BACKPROP_ARGS, nullptr);
+  }
+  const int64_t x_size = batch * in_rows * in_cols * in_depth;
+  const int64_t w_size = filter_rows * filter_cols * in_depth * filter_depth;
+  return ViaF32(runtime, out, kOfInput ? x_size : w_size, a, kOfInput ? w_size : x_size, grad,
+                batch * out_rows * out_cols * filter_depth,
+                [&](float* o, const float* wa, const float* g) {
+                  return Backprop<float>(
+                      op, kOfInput, false, runtime, F32Family(family), o, wa, g, batch, in_rows,
+                      in_cols, in_depth, filter_rows, filter_cols, filter_depth, out_rows,
+                      out_cols, row_stride, col_stride, pad_top, pad_bottom, pad_left, pad_right,
+                      kOfInput ? &TfjitLinalg::conv2d_backprop_input_f32
+                               : &TfjitLinalg::conv2d_backprop_filter_f32);
+                });
 }
 
 }  // namespace
@@ -85,4 +140,19 @@ int32_t DotBf16(void* runtime, int32_t family, TFJIT_DOT_PARAMS(bfloat16)) {
 TFJIT_EXPORT int32_t tfjit_rt_dot_bf16(void* runtime, int32_t kernel,
                                        TFJIT_DOT_PARAMS(tensorflow::bfloat16)) {
   return tensorflow::tfjit::DotBf16(runtime, kernel, TFJIT_DOT_ARGS);
+}
+
+TFJIT_EXPORT int32_t tfjit_rt_conv2d_bf16(void* runtime, int32_t kernel,
+                                          TFJIT_CONV2D_PARAMS(tensorflow::bfloat16)) {
+  return tensorflow::tfjit::Conv2DBf16(runtime, kernel, TFJIT_CONV2D_ARGS);
+}
+
+TFJIT_EXPORT int32_t tfjit_rt_conv2d_backprop_input_bf16(
+    void* runtime, int32_t kernel, TFJIT_BACKPROP_PARAMS(tensorflow::bfloat16)) {
+  return tensorflow::tfjit::BackpropBf16<true>(runtime, kernel, TFJIT_BACKPROP_ARGS);
+}
+
+TFJIT_EXPORT int32_t tfjit_rt_conv2d_backprop_filter_bf16(
+    void* runtime, int32_t kernel, TFJIT_BACKPROP_PARAMS(tensorflow::bfloat16)) {
+  return tensorflow::tfjit::BackpropBf16<false>(runtime, kernel, TFJIT_BACKPROP_ARGS);
 }

@@ -5,6 +5,7 @@
 #ifndef TFJIT_RUNTIME_TF_KERNELS_H_
 #define TFJIT_RUNTIME_TF_KERNELS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -126,10 +127,43 @@ void RecordMeasurement(const Measurement& m, int32_t family, bool ok, double mic
 int32_t Run(RuntimeContext* runtime, int32_t family, const KernelSpec& spec,
             absl::Span<Tensor> inputs, const Tensor& out, const RowParts* parts = nullptr);
 
-// The f32 product as tfjit_rt_dot_f32 runs it, and the bf16 one on oneDNN's kernel
-// (runtime not null): tf_bf16.cc's.
-int32_t DotF32(void* runtime, int32_t family, TFJIT_DOT_PARAMS(float));
-int32_t OneDnnDotBf16(void* runtime, TFJIT_DOT_PARAMS(bfloat16));
+// The host library's table (linalg.h), or null before the host runner hands it over.
+const TfjitLinalg* HostLinalg();
+
+// The host library's function `fn` of the table (a member of TfjitLinalg).
+template <typename Fn>
+using HostFn = Fn TfjitLinalg::*;
+
+// Runs a call without a launch (the host runner) on the host library; 1, a failed
+// call, when no host library was handed over (runtime/host.py always loads it first).
+template <typename Fn, typename... Args>
+int32_t RunOnHost(HostFn<Fn> fn, Args... args) {
+  const TfjitLinalg* table = HostLinalg();
+  if (table == nullptr) return 1;
+  (table->*fn)(args...);
+  return 0;
+}
+
+template <typename T>
+void Zero(T* out, int64_t n) {
+  std::fill(out, out + n, T(0));
+}
+
+// The library calls, as their tfjit_rt_* entry points run them (`runtime` null: on
+// the host library's `eigen`). Instantiated for float, double and bfloat16 (whose
+// calls tf_bf16.cc makes with kOneDnn only: there is no host bf16 function).
+// tf_kernels.cc: the product; tf_conv2d.cc: a convolution, or with `bias` (not null)
+// activation(convolution + bias) in one call, and the four gradients (`op` takes
+// (input_sizes, filter, grad) when `of_input`, else (input, filter_sizes, grad);
+// `depthwise` says the filter's last dim is a multiplier).
+template <typename T>
+int32_t Dot(void* runtime, int32_t family, TFJIT_DOT_PARAMS(T), HostFn<TfjitDotFn<T>> eigen);
+template <typename T>
+int32_t Convolution(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T), const T* bias,
+                    int32_t activation, HostFn<TfjitConv2DFn<T>> eigen);
+template <typename T>
+int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, int32_t family,
+                 TFJIT_BACKPROP_PARAMS(T), HostFn<TfjitBackpropFn<T>> eigen);
 
 // TF's fused_ops for a fused convolution's activation (TfjitActivation).
 std::vector<std::string> FusedOps(int32_t activation);
@@ -140,8 +174,6 @@ std::vector<std::string> FusedOps(int32_t activation);
 const char* PaddingKind(int dims, const int64_t* in, const int64_t* window, const int64_t* stride,
                         const int64_t* pads);
 
-// The host library's table (linalg.h), or null before the host runner hands it over.
-const TfjitLinalg* HostLinalg();
 
 }  // namespace tfjit
 }  // namespace tensorflow
