@@ -5,12 +5,15 @@
     python tools/zoo_bench.py --models InceptionV3 Xception --runs 20 --batch 4
     python tools/zoo_bench.py --models DenseNet121 --kinds predict   # no train step
     python tools/zoo_bench.py --layers --batch 32   # one model per Keras layer kind
+    python tools/zoo_bench.py --models ResNet50 --policy mixed_bfloat16   # Keras's mixed precision
 
 Models: every ``keras.applications`` model, built with ``weights=None`` and
 ``classes=10`` at ``--size`` x ``--size`` inputs (96 by default, above every
 model's minimum: InceptionV3 and InceptionResNetV2 75, Xception 71), and the Keras
 models of tests/test_keras_models.py (``keras_mlp``, ``keras_cnn``, ...) on their
-own inputs.  Batch ``--batch`` (4) for both.
+own inputs.  Batch ``--batch`` (4) for both.  ``--policy`` builds them under a Keras
+dtype policy (``mixed_bfloat16``: bf16 layers, f32 variables; the applications' last
+layer then gives bf16 probabilities, compared as they are).
 
 For each model, three copies from the same seed (so the same weights) are compiled
 with Adam and sparse categorical cross-entropy: ``jit_compile=False`` (graph),
@@ -128,7 +131,8 @@ def make_copies(name: str, size: int, batch: int, kinds=KINDS) -> tuple:
             raise RuntimeError(f"{name}: tfjit's hook made no step (is it enabled?)")
         models[mode] = model
     for mode in ("xla", "tfjit") if preds else ():
-        first[mode + " max |diff|"] = float(np.max(np.abs(preds[mode] - preds["graph"])))
+        first[mode + " max |diff|"] = float(np.max(np.abs(preds[mode].astype(np.float32)
+                                                           - preds["graph"].astype(np.float32))))
     return models, x, y, first
 
 
@@ -170,7 +174,11 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=96, help="applications' image side")
     ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
                     help="which steps to time")
+    ap.add_argument("--policy", default="float32",
+                    help="Keras dtype policy the models are built under (mixed_bfloat16, ...)")
     args = ap.parse_args(argv)
+    import keras
+    keras.mixed_precision.set_global_policy(args.policy)
     names = (all_names() if args.all else list(LAYER_NAMES) if args.layers
              else args.models or list(QUICK))
     unknown = sorted(set(names) - set(all_names()))
@@ -178,7 +186,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown models {unknown}; known: {all_names()}")
     from tools.compile_profile import _warm_up
     _warm_up()      # the compile server up, XLA loaded: the first model's first call is not
-    print(f"machine: {os.cpu_count()} cores; TF {tf.__version__}; batch {args.batch}, "
+    print(f"machine: {os.cpu_count()} cores; TF {tf.__version__}; policy {args.policy}; batch {args.batch}, "
           f"applications at {args.size}x{args.size}; medians of {args.runs} calls, round-robin; "
           "ratios are speeds (peer ms / tfjit ms)\n")
     print("| model | predict ms graph / XLA / tfjit | tfjit/graph | tfjit/XLA "
