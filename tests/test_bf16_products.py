@@ -298,11 +298,36 @@ ONEDNN_CHILD = textwrap.dedent("""
 """)
 
 
-def test_with_onednn_the_calls_are_onednns_bf16_kernels(tmp_path):
+def test_with_onednn_the_calls_are_onednns_bf16_kernels_where_the_cpu_multiplies_bf16(tmp_path):
+    """A child process where TF runs oneDNN: on a CPU with bf16 arithmetic (this one's
+    compile-server features) the calls are oneDNN's bf16 kernels, elsewhere widened f32
+    calls; either way they match that TF's graph mode."""
+    from tfjit import pipeline
+    native = pipeline.jit_target().native_bf16
     script = tmp_path / "child.py"
     script.write_text(ONEDNN_CHILD)
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1")
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "runs TF's oneDNN BatchMatMulV2 kernel" in proc.stdout, proc.stdout
-    assert "runs TF's oneDNN Conv2D kernel" in proc.stdout, proc.stdout
+    for op in ("BatchMatMulV2", "Conv2D"):
+        want = f"runs TF's oneDNN {op} kernel" if native else \
+            f"runs TF's measured {op} kernel: in f32 (the CPU has no bf16 arithmetic"
+        assert want in proc.stdout, (native, proc.stdout)
+
+
+@pytest.mark.parametrize("onednn", [False, True])
+@pytest.mark.parametrize("native", [False, True])
+def test_the_kernel_choice_for_bf16_calls(onednn, native):
+    """Both sides of the run-time decision, whatever this CPU is (codegen/library.py)."""
+    from tfjit.codegen import library
+    m = Module("k")
+    x, w = m.parameter(dt.BF16, (1, 6, 6, 2)), m.parameter(dt.BF16, (3, 3, 2, 4))
+    calls = [m.dot(m.parameter(dt.BF16, (8, 4)), m.parameter(dt.BF16, (4, 8))),
+             m.convolution(x, w, (1, 1), (1, 1), (1, 1, 1, 1))]
+    wide = m.convolution(x, w, (1, 1), (1, 1), (3, 3, 0, 0))     # padding past the window
+    for call in calls + [wide]:
+        family, why = library.tf_kernel(call, onednn, native)
+        if onednn and native and call is not wide:
+            assert family == library.ONEDNN, why
+        else:
+            assert family == library.MEASURED and why.startswith("in f32"), why

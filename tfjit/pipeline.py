@@ -316,7 +316,8 @@ def jit_target() -> Target:
     return Target("cpu-jit", env["triple"], env["data_layout"], runtime_calls=True,
                   onednn=settings.onednn_enabled(), compiler=compiler,
                   verify_sharing=settings.flags().tfjit_verify_ir,
-                  vector_ldexp=llvm_target.vector_ldexp(env.get("features", "")))
+                  vector_ldexp=llvm_target.vector_ldexp(env.get("features", "")),
+                  native_bf16=llvm_target.native_bf16(env.get("features", "")))
 
 
 class TooLarge(Exception):

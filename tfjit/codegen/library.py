@@ -214,8 +214,13 @@ MEASURED_WITHOUT_ONEDNN = 4
 ONEDNN_SURE_POSITIONS = 8192
 
 
-def tf_kernel(i, onednn: bool) -> tuple[int, str]:
-    """(kernel family, why) for library instruction ``i``.
+def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
+    """(kernel family, why) for library instruction ``i``; ``onednn``: TF runs oneDNN's
+    kernels; ``native_bf16``: the CPU multiplies bf16 itself (Target.native_bf16).
+
+    A bf16 call (passes/dots.py Bf16Products) takes oneDNN's bf16 kernel where both hold
+    (graph mode's kernel; 2x the f32 call's speed on Zen 4's AVX512-BF16), else it is the
+    f32 call on widened operands, measured as any f32 call, rounded once.
 
     Which kernel is faster depends on the CPU and on the call's size: on 2 AVX2 cores
     Eigen's convolution beat oneDNN's for input depths over 4 (up to 1.7x) and lost
@@ -241,12 +246,13 @@ def tf_kernel(i, onednn: bool) -> tuple[int, str]:
     if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is dt.BF16:
-        if onednn and (i.op is Op.DOT or not _pads_beyond_window(i)):
-            return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS): its bf16 "
-                            "kernel, as graph mode's")
-        return MEASURED, (f"in f32 (TF runs no oneDNN here, or oneDNN refuses this padding; TF's "
-                          f"default bf16 kernels are Eigen's slow ones): the operands widened, "
-                          f"{_MEASURED}, the result rounded once")
+        if onednn and native_bf16 and (i.op is Op.DOT or not _pads_beyond_window(i)):
+            return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), which "
+                            "multiplies bf16 in hardware: oneDNN's bf16 kernel, as graph mode's")
+        why = ("TF runs no oneDNN here" if not onednn else "the CPU has no bf16 arithmetic"
+               if not native_bf16 else "oneDNN refuses this padding")
+        return MEASURED, (f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the "
+                          f"operands widened, {_MEASURED}, the result rounded once")
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
@@ -313,7 +319,7 @@ def failure_message(i) -> str:
 
 
 def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: bool,
-         prefix: str = "tfjit_rt_") -> list:
+         prefix: str = "tfjit_rt_", native_bf16: bool = False) -> list:
     """Emits the kernel of one library fusion; returns [(symbol, rows=1, cost)].
     ``messages`` receives the call's failure message (status code k is messages[k-1]);
     ``prefix`` names the entry points (codegen/target.py ``library_prefix``)."""
@@ -335,7 +341,7 @@ def emit(module: ir.Module, fusion, plan, name: str, messages: list, onednn: boo
     slots = plan.slots[root]
     out = slot(slots[0])
     operands = [_operand(b, fusion, o, plan, slot) for o in root.operands]
-    family, why = tf_kernel(root, onednn)
+    family, why = tf_kernel(root, onednn, native_bf16)
     kernel = {DEFAULT: "default", ONEDNN: "oneDNN", MEASURED: "measured",
               MEASURED_WITHOUT_ONEDNN: "measured (no oneDNN)"}[family]
     if prefix == "tfjit_rt_":

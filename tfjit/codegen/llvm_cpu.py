@@ -200,7 +200,7 @@ def _math(target):
 
 def _library(module, f, plan, name, messages, target) -> list:
     return library.emit(module, f, plan, name, messages, onednn=target.onednn,
-                        prefix=target.library_prefix)
+                        prefix=target.library_prefix, native_bf16=target.native_bf16)
 
 
 def _control(module, f, plan, name, messages, target) -> list:

@@ -74,6 +74,13 @@ def vector_ldexp(features: str) -> bool:
     return has_feature(features, "avx512f")
 
 
+def native_bf16(features: str) -> bool:
+    """Whether code for ``features`` multiplies bf16 pairs in hardware (AVX512-BF16's
+    vdpbf16ps, AMX-BF16's tiles): oneDNN's bf16 kernels then run at twice its f32 rate
+    or more; without, oneDNN converts, and an f32 call on widened operands is no slower."""
+    return has_feature(features, "avx512bf16") or has_feature(features, "amx-bf16")
+
+
 def machine_vector_ldexp(tm) -> bool:
     """``vector_ldexp`` for target machine ``tm``, asked of its code generator: whether a
     vector ``llvm.ldexp`` compiles without a call.  For tfjit-aot, whose ``--target_cpu``

@@ -15,6 +15,10 @@ IR, and everything it needs to know about where the code will run is here:
   (linalg.cc's Eigen code in a static library, runtime/aot_runtime.cc) for AOT;
 * ``onednn``: TF runs oneDNN's kernels on this CPU, so library calls take them
   (otherwise each call times both over its first calls; ``codegen/library.py``);
+* ``native_bf16``: the CPU computes bf16 products itself (AVX512-BF16's vdpbf16ps, or
+  AMX-BF16), so a bf16 library call takes TF's oneDNN bf16 kernel where ``onednn``;
+  elsewhere it widens to f32 (codegen/library.py ``tf_kernel``).  From the compile
+  server's features (``llvm_target.native_bf16``);
 * ``gpu_arch``: code for an NVIDIA GPU of this compute capability ("sm_90"), made
   by codegen/nvptx.py: kernel entries over the same kernels, PTX, no library;
 * ``compiler``: for the JIT, where LLVM runs (``Compiler``: the compile server or
@@ -59,6 +63,7 @@ class Target:
     data_layout: str
     runtime_calls: bool         # may call the op library (see above)
     onednn: bool = False
+    native_bf16: bool = False           # bf16 products in hardware (see above)
     library_prefix: str = "tfjit_rt_"   # dot/convolution entry points (see above)
     compiler: Compiler | None = None    # the JIT's LLVM (see above); None: AOT
     gpu_arch: str = ""                  # "sm_90": an NVPTX target (see above)
