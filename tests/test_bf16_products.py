@@ -282,10 +282,10 @@ ONEDNN_CHILD = textwrap.dedent("""
     import tensorflow as tf
     import tfjit
     rng = np.random.default_rng(4)
-    a = tf.cast(tf.constant(rng.standard_normal((3, 40, 64)).astype(np.float32)), tf.bfloat16)
-    b = tf.cast(tf.constant(rng.standard_normal((3, 64, 24)).astype(np.float32)), tf.bfloat16)
-    x = tf.cast(tf.constant(rng.standard_normal((2, 10, 10, 8)).astype(np.float32)), tf.bfloat16)
-    w = tf.cast(tf.constant(rng.standard_normal((3, 3, 8, 16)).astype(np.float32)), tf.bfloat16)
+    a = tf.cast(tf.constant(rng.standard_normal((4, 128, 128)).astype(np.float32)), tf.bfloat16)
+    b = tf.cast(tf.constant(rng.standard_normal((4, 128, 128)).astype(np.float32)), tf.bfloat16)
+    x = tf.cast(tf.constant(rng.standard_normal((4, 24, 24, 16)).astype(np.float32)), tf.bfloat16)
+    w = tf.cast(tf.constant(rng.standard_normal((3, 3, 16, 16)).astype(np.float32)), tf.bfloat16)
     fns = [(lambda a, b: tf.matmul(a, b) * tf.cast(2.0, tf.bfloat16), (a, b)),
            (lambda x, w: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), (x, w))]
     for fn, args in fns:
@@ -321,13 +321,17 @@ def test_the_kernel_choice_for_bf16_calls(onednn, native):
     """Both sides of the run-time decision, whatever this CPU is (codegen/library.py)."""
     from tfjit.codegen import library
     m = Module("k")
-    x, w = m.parameter(dt.BF16, (1, 6, 6, 2)), m.parameter(dt.BF16, (3, 3, 2, 4))
-    calls = [m.dot(m.parameter(dt.BF16, (8, 4)), m.parameter(dt.BF16, (4, 8))),
-             m.convolution(x, w, (1, 1), (1, 1), (1, 1, 1, 1))]
+    x, w = m.parameter(dt.BF16, (8, 32, 32, 16)), m.parameter(dt.BF16, (3, 3, 16, 32))
+    calls = [m.dot(m.parameter(dt.BF16, (256, 256)), m.parameter(dt.BF16, (256, 256))),
+             m.convolution(x, w, (1, 1), (1, 1), (1, 1, 1, 1))]      # 37.7M multiply-adds
     wide = m.convolution(x, w, (1, 1), (1, 1), (3, 3, 0, 0))     # padding past the window
-    for call in calls + [wide]:
+    # under ONEDNN_BF16_FLOPS: a batched [16,10,32]x[16,32,16] product, a small convolution
+    small = [m.dot(m.parameter(dt.BF16, (16, 10, 32)), m.parameter(dt.BF16, (16, 32, 16))),
+             m.convolution(m.parameter(dt.BF16, (4, 8, 8, 16)), m.parameter(dt.BF16, (3, 3, 16, 16)),
+                           (1, 1), (1, 1), (1, 1, 1, 1))]
+    for call in calls + [wide] + small:
         family, why = library.tf_kernel(call, onednn, native)
-        if onednn and native and call is not wide:
+        if onednn and native and call in calls:
             assert family == library.ONEDNN, why
         else:
             assert family == library.MEASURED and why.startswith("in f32"), why

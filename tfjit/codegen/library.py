@@ -209,6 +209,13 @@ DEFAULT, ONEDNN, MEASURED = 0, 1, 2
 MEASURED_WITHOUT_ONEDNN = 4
 
 
+# A bf16 call of fewer flops runs in f32 (tf_kernel): oneDNN's bf16 kernels carry a fixed
+# cost per call (2 Zen 4 cores, 2026-12-07, against the widened f32 call, in one
+# process): a batched [16,10,32]x[16,32,16] product 0.60x as fast, a 3x3 convolution over
+# 256 positions 0.69x, over 2304 (2.6M multiply-adds) 0.88x; from 4.2M multiply-adds up
+# 1.2-3.2x faster (products and convolutions); an unbatched [160,32]x[32,16] 1.06x.
+ONEDNN_BF16_FLOPS = 1 << 23
+
 # Where TF runs oneDNN's kernels, a call with at least this many output positions takes
 # oneDNN's kernel untimed (tf_kernel).
 ONEDNN_SURE_POSITIONS = 8192
@@ -246,11 +253,13 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
     if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is dt.BF16:
-        if onednn and native_bf16 and (i.op is Op.DOT or not _pads_beyond_window(i)):
+        small = library_flops(i) < ONEDNN_BF16_FLOPS
+        if onednn and native_bf16 and not small and (i.op is Op.DOT or not _pads_beyond_window(i)):
             return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), which "
                             "multiplies bf16 in hardware: oneDNN's bf16 kernel, as graph mode's")
         why = ("TF runs no oneDNN here" if not onednn else "the CPU has no bf16 arithmetic"
-               if not native_bf16 else "oneDNN refuses this padding")
+               if not native_bf16 else f"under {ONEDNN_BF16_FLOPS} flops oneDNN's bf16 kernel "
+               "costs more than the call" if small else "oneDNN refuses this padding")
         return MEASURED, (f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the "
                           f"operands widened, {_MEASURED}, the result rounded once")
     if i.dtype is not dt.F32:
