@@ -145,6 +145,7 @@ class Optimized:
     fusions: list | None = None
     plan: buffers.BufferPlan | None = None
     groups: list | None = None  # per group, kernels per task (passes/concurrency.py)
+    options: "Options | None" = None   # what optimize ran with
 
 
 class Fuse:
@@ -195,6 +196,8 @@ class _OnModule:
         self.p, self.name = p, p.name
 
     def run(self, o: Optimized):
+        if isinstance(self.p, Bf16Products) and not (o.options and o.options.bf16_calls):
+            return False        # (Options.bf16_calls says why)
         return self.p.run(o.module)
 
     def verify(self, o: Optimized) -> None:
@@ -212,10 +215,16 @@ PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcu
 @dataclasses.dataclass(frozen=True)
 class Options:
     verify: bool = False        # the IR verifier after every pass (ir/verify.py)
+    # bf16 products and convolutions as bf16 calls (passes/dots.py Bf16Products): where
+    # the code's target runs oneDNN on a CPU that multiplies bf16 (Target.onednn and
+    # native_bf16); elsewhere they stay f32 calls between converts, which fuse with their
+    # producers and readers (a call widening its own operands was slower)
+    bf16_calls: bool = False
 
     @staticmethod
-    def from_flags() -> "Options":
-        return Options(verify=settings.flags().tfjit_verify_ir)
+    def from_flags(target: Target | None = None) -> "Options":
+        return Options(verify=settings.flags().tfjit_verify_ir,
+                       bf16_calls=bool(target and target.onednn and target.native_bf16))
 
 
 def optimize(m: Module, options: Options | None = None, after_pass=None) -> Optimized:
@@ -225,7 +234,7 @@ def optimize(m: Module, options: Options | None = None, after_pass=None) -> Opti
     every pass (``result``: changed-or-not, the fusions, the buffer plan); the debug
     dumps (api/dump.py, --tfjit_dump_pass_re) hook in here."""
     options = options or Options.from_flags()
-    o = Optimized(m, text.module_str(m))
+    o = Optimized(m, text.module_str(m), options=options)
     _mark("IR text")
     if options.verify:
         verify.module(m, "lowering")
@@ -375,12 +384,12 @@ def compile_module(m: Module, name: str, after_pass=None, max_kernels: int = 0) 
     if _profile is not None:
         _profile.restart()
     signature = m.boundary_params()
-    o = optimize(m, after_pass=after_pass)
+    target = jit_target()
+    o = optimize(m, Options.from_flags(target), after_pass=after_pass)
     kernels = sum(1 for _ in kernel_order.walk(o.fusions))
     if max_kernels and kernels > max_kernels:
         raise TooLarge(f"{kernels} kernels after fusion, more than the {max_kernels} that "
                        "auto mode compiles (--tfjit_auto_max_kernels)")
-    target = jit_target()
     if library.runs_onednn_gemm(f.roots[0] for f in kernel_order.walk(o.fusions) if f.kind == "library"):
         warmup.start()       # oneDNN's GEMM code generated beside LLVM (runtime/warmup.py)
     e = emit(o, target, name)

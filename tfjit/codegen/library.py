@@ -21,6 +21,7 @@ from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
 from tfjit.ir.ops import CONV3D_OPS, FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
+from tfjit.passes.dots import BF16_CALL_FLOPS
 
 _SUFFIX = {"f32": "f32", "f64": "f64", "bf16": "bf16"}
 # the calls with a bf16 entry point (passes/dots.py Bf16Products); the others f32/f64 only
@@ -209,12 +210,9 @@ DEFAULT, ONEDNN, MEASURED = 0, 1, 2
 MEASURED_WITHOUT_ONEDNN = 4
 
 
-# A bf16 call of fewer flops runs in f32 (tf_kernel): oneDNN's bf16 kernels carry a fixed
-# cost per call (2 Zen 4 cores, 2026-12-07, against the widened f32 call, in one
-# process): a batched [16,10,32]x[16,32,16] product 0.60x as fast, a 3x3 convolution over
-# 256 positions 0.69x, over 2304 (2.6M multiply-adds) 0.88x; from 4.2M multiply-adds up
-# 1.2-3.2x faster (products and convolutions); an unbatched [160,32]x[32,16] 1.06x.
-ONEDNN_BF16_FLOPS = 1 << 23
+# A bf16 call of fewer flops runs in f32 (tf_kernel; passes/dots.py makes none, IR text
+# may): oneDNN's bf16 kernels carry a fixed cost per call (BF16_CALL_FLOPS says more).
+ONEDNN_BF16_FLOPS = BF16_CALL_FLOPS
 
 # Where TF runs oneDNN's kernels, a call with at least this many output positions takes
 # oneDNN's kernel untimed (tf_kernel).

@@ -48,12 +48,12 @@ inline float TfjitBf16ToF32(uint16_t h) {
   return f;
 }
 
-inline uint16_t TfjitF32ToBf16(float f) {
+inline uint16_t TfjitF32ToBf16(float f) {    // branch-free: loops over it vectorise
   uint32_t u;
   __builtin_memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 // The activations (codegen/library.py ACTIVATION_CODES) and TF's fused_ops naming them.
