@@ -196,8 +196,9 @@ class _OnModule:
         self.p, self.name = p, p.name
 
     def run(self, o: Optimized):
-        if isinstance(self.p, Bf16Products) and not (o.options and o.options.bf16_calls):
-            return False        # (Options.bf16_calls says why)
+        option = getattr(self.p, "option", None)      # a pass only some targets ask for
+        if option and not (o.options and getattr(o.options, option)):
+            return False
         return self.p.run(o.module)
 
     def verify(self, o: Optimized) -> None:

@@ -163,6 +163,7 @@ class Bf16Products:
     Reshapes and transposes between the converts and the dot (Keras's einsums, a
     batch collapsed for MatMul) move with them: they move the same values in bf16."""
     name = "bf16-products"
+    option = "bf16_calls"       # run where pipeline.Options.bf16_calls (the target asks)
 
     def run(self, m: Module) -> bool:
         return any([self._run(c) for c in m.computations() + [m]])
