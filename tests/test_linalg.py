@@ -183,7 +183,7 @@ def test_against_tf(case: Case, dtype: str, monkeypatch):
         # the taps that fall on padding, TF's default kernel multiplies them (0 * NaN),
         # and TF itself switches between the two by CPU.  The oracle runs the default
         # kernels (conftest.py), so the compiled call does too.
-        monkeypatch.setattr(library, "tf_kernel", lambda i, onednn: (library.DEFAULT, "test"))
+        monkeypatch.setattr(library, "tf_kernel", lambda i, onednn, native_bf16=False: (library.DEFAULT, "test"))
     got = tfjit.function(case.fn)(*xs)
     want = tf.function(case.reference or case.fn)(*xs)
     rtol, atol = TOL[dtype]

@@ -153,7 +153,7 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                       after_pass=lambda seq, name, m, result: seen.append((seq, name)))
     assert [name for _, name in seen] == [s.name for s in pipeline.PIPELINE]
     assert [name for _, name in seen] == ["cse", "repeats-as-broadcasts", "mish-factor",
-                                      "fold-batch-into-contraction", "dots-as-reductions",
+                                      "fold-batch-into-contraction", "dots-as-reductions", "bf16-products",
                                       "cancel-transposes", "scatter-between-transposes",
                                       "fold-convolution-bias", "merge-sibling-convolutions",
                                       "two-stage-reductions", "reshape-chains",
