@@ -1,16 +1,18 @@
 // The runtime library's bfloat16 products and convolutions (called as tf_kernels.cc's
-// entry points are, by codegen/library.py; passes/dots.py Bf16Products makes the calls):
+// entry points are, by codegen/library.py; passes/dots.py Bf16Products makes the calls,
+// where the target runs oneDNN on a CPU that multiplies bf16, for calls of 2^23 flops
+// and more):
 //   tfjit_rt_dot_bf16(runtime, kernel, TFJIT_DOT_PARAMS(bf16))
 //   tfjit_rt_conv2d_bf16(runtime, kernel, TFJIT_CONV2D_PARAMS(bf16))
 //   tfjit_rt_conv2d_backprop_{input,filter}_bf16(runtime, kernel, TFJIT_BACKPROP_PARAMS(bf16))
-// Where TF runs oneDNN (`kernel` kOneDnn) TF's bf16 MatMul/BatchMatMulV2, Conv2D,
-// Conv2DBackpropInput/Filter on oneDNN's kernels, what graph mode runs (AVX512-BF16 or
-// AMX where the CPU has them). Elsewhere
-// (any other family, or the host runner) the operands are widened to f32 (exactly),
-// the f32 product runs as tfjit_rt_dot_f32 runs it, and the result is rounded to bf16
-// once: the arithmetic of TF's bf16 kernels (f32 sums) and of tfjit's converts around an
-// f32 dot, which this replaces. The widening and rounding loops are split over the
-// launch's intra-op pool.
+// `kernel` kOneDnn: TF's bf16 MatMul/BatchMatMulV2, Conv2D, Conv2DBackpropInput/Filter
+// on oneDNN's kernels, what graph mode runs (AVX512-BF16 or AMX). Any other family, or
+// the host runner (IR text with bf16 calls, a call oneDNN refuses): the operands are
+// widened to f32 (exactly), the f32 call runs as its tfjit_rt_*_f32 entry runs it, and
+// the result is rounded to bf16 once, the arithmetic of the converts around an f32 call
+// that the pass replaced (which, fused with their producers and readers, are faster:
+// the pass makes no bf16 call where this path would run). The widening and rounding
+// loops are split over the launch's intra-op pool.
 
 #include <cstdint>
 #include <cstdlib>
