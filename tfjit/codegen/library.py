@@ -19,13 +19,12 @@ from llvmlite import ir
 
 from tfjit import dtypes as dt
 from tfjit.codegen.llvm_types import I32, I64, PTR, VOID, i64
+from tfjit.ir.library_calls import conv3d_shapes
 from tfjit.ir.ops import CONV3D_OPS, FFT_TYPES, SOLVER_ATTRS, SPECTRAL_ATTRS, Op
 from tfjit.passes.cost import library_flops
-from tfjit.passes.dots import BF16_CALL_FLOPS
+from tfjit.passes.dots import BF16_CALL_FLOPS, BF16_CALLS as BF16_OPS
 
 _SUFFIX = {"f32": "f32", "f64": "f64", "bf16": "bf16"}
-# the calls with a bf16 entry point (passes/dots.py Bf16Products); the others f32/f64 only
-BF16_CALLS = frozenset({"dot", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"})
 
 # name -> argument types after (runtime, kernel, out, the operands); all but the flags
 # are i64.
@@ -114,17 +113,6 @@ def _backprop_args(i) -> list:
     return [i64(v) for v in (n, h, wd, c, kh, kw, k, ho, wo, *i.attrs["strides"], *i.attrs["padding"])]
 
 
-def conv3d_shapes(i) -> tuple:
-    """(x, filter, y) shapes of 3-D convolution instruction ``i`` (``CONV3D_OPS``,
-    ``Op.CONV3D_BIAS``)."""
-    a, b = i.operands[:2]
-    if i.op in (Op.CONV3D, Op.CONV3D_BIAS):
-        return a.shape, b.shape, i.shape
-    if i.op is Op.CONV3D_BACKPROP_INPUT:
-        return i.shape, a.shape, b.shape
-    return a.shape, i.shape, b.shape
-
-
 def _conv3d_args(i) -> list:
     x, w, y = conv3d_shapes(i)
     return [i64(v) for v in (*x, *w[:3], w[4], *y[1:4], *i.attrs["strides"], *i.attrs["padding"])]
@@ -198,6 +186,10 @@ _CALLS = {
     Op.FFT: ("fft", _fft_args, fft_tf_op),
 }
 
+# the entry points with a bf16 variant (the calls passes/dots.py Bf16Products makes);
+# the others f32/f64 only
+BF16_CALLS = frozenset(_CALLS[op][0] for op in BF16_OPS)
+
 
 # Which of TF's kernels a call runs under the launch op (runtime/tf_kernels.cc's Family):
 # the op's default CPU kernel (Eigen, with TF's oneDNN contraction kernel inside; what
@@ -210,9 +202,6 @@ DEFAULT, ONEDNN, MEASURED = 0, 1, 2
 MEASURED_WITHOUT_ONEDNN = 4
 
 
-# A bf16 call of fewer flops runs in f32 (tf_kernel; passes/dots.py makes none, IR text
-# may): oneDNN's bf16 kernels carry a fixed cost per call (BF16_CALL_FLOPS says more).
-ONEDNN_BF16_FLOPS = BF16_CALL_FLOPS
 
 # Where TF runs oneDNN's kernels, a call with at least this many output positions takes
 # oneDNN's kernel untimed (tf_kernel).
@@ -251,12 +240,12 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
     if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
     if i.dtype is dt.BF16:
-        small = library_flops(i) < ONEDNN_BF16_FLOPS
+        small = library_flops(i) < BF16_CALL_FLOPS   # (IR text may have them)
         if onednn and native_bf16 and not small and (i.op is Op.DOT or not _pads_beyond_window(i)):
             return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), which "
                             "multiplies bf16 in hardware: oneDNN's bf16 kernel, as graph mode's")
         why = ("TF runs no oneDNN here" if not onednn else "the CPU has no bf16 arithmetic"
-               if not native_bf16 else f"under {ONEDNN_BF16_FLOPS} flops oneDNN's bf16 kernel "
+               if not native_bf16 else f"under {BF16_CALL_FLOPS} flops oneDNN's bf16 kernel "
                "costs more than the call" if small else "oneDNN refuses this padding")
         return MEASURED, (f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the "
                           f"operands widened, {_MEASURED}, the result rounded once")

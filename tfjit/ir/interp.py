@@ -531,20 +531,14 @@ def _conv_bias(instr, vals):
     """activation(convolution + bias): the entries of the instructions it replaces
     (passes/epilogue.py), so each step rounds and flushes as they do."""
     x, w, bias = vals
-    conv = Op.CONV3D if instr.op is Op.CONV3D_BIAS else Op.CONV
-    y = _EVAL[Op.ADD](instr, [_EVAL[conv](_Conv(conv, instr), [x, w]), bias])
+    conv = Instr(Op.CONV3D if instr.op is Op.CONV3D_BIAS else Op.CONV, instr.dtype, instr.shape,
+                 instr.operands[:2], instr.attrs)
+    y = _EVAL[Op.ADD](instr, [_EVAL[conv.op](conv, [x, w]), bias])
     if instr.attrs["activation"] != "none":
         y = _EVAL[Op.MAX](instr, [y, np.zeros((), y.dtype)])
     if instr.attrs["activation"] == "relu6":
         y = _EVAL[Op.MIN](instr, [y, np.asarray(6, y.dtype)])
     return y
-
-
-class _Conv:
-    """The convolution a convolution-bias instruction holds, as the interpreter reads it."""
-
-    def __init__(self, op: Op, fused):
-        self.op, self.attrs, self.dtype, self.shape = op, fused.attrs, fused.dtype, fused.shape
 
 
 _EVAL[Op.CONV_BIAS] = _EVAL[Op.CONV3D_BIAS] = _conv_bias

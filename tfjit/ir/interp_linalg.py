@@ -9,16 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tfjit.ir.library_calls import conv3d_shapes
 from tfjit.ir.packing import log_determinant_parts, lu_parts, qr_parts, spectral_parts
 from tfjit.ir.ops import FFT_TYPES, Op
-
-def dot(lhs, rhs, transpose_lhs, transpose_rhs):
-    """A bf16 product is summed in f32 and rounded once, as TF's bf16 MatMul."""
-    a = np.swapaxes(lhs, -1, -2) if transpose_lhs else lhs
-    b = np.swapaxes(rhs, -1, -2) if transpose_rhs else rhs
-    if lhs.dtype.itemsize == 2:
-        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(lhs.dtype)
-    return np.matmul(a, b)
 
 
 def _in_f32_if_half(fn):
@@ -32,6 +25,13 @@ def _in_f32_if_half(fn):
         widened = [a.astype(np.float32) if isinstance(a, np.ndarray) else a for a in args]
         return np.asarray(fn(*widened)).astype(half)
     return wrapped
+
+
+@_in_f32_if_half
+def dot(lhs, rhs, transpose_lhs, transpose_rhs):
+    a = np.swapaxes(lhs, -1, -2) if transpose_lhs else lhs
+    b = np.swapaxes(rhs, -1, -2) if transpose_rhs else rhs
+    return np.matmul(a, b)
 
 
 @_in_f32_if_half
@@ -52,12 +52,8 @@ def conv(x, w, strides, dilations, padding):
     return out
 
 
+@_in_f32_if_half
 def conv_backprop(instr, a, g):
-    return _conv_backprop(instr, a, g) if a.dtype.itemsize != 2 else \
-        _conv_backprop(instr, a.astype(np.float32), g.astype(np.float32)).astype(a.dtype)
-
-
-def _conv_backprop(instr, a, g):
     """The convolution gradients (``Op.CONV_BACKPROPS``): for each filter tap, the
     strided window of the padded input it meets, as in ``conv``."""
     op, (sh, sw), (top, bottom, left, right) = instr.op, instr.attrs["strides"], instr.attrs["padding"]
@@ -92,9 +88,7 @@ def conv3d(instr, a, b):
     """The 3-D convolution and its gradients (``Op.CONV3D_OPS``): for each filter tap,
     the strided window of the padded input it meets, as in ``conv``."""
     op, strides, pads = instr.op, instr.attrs["strides"], instr.attrs["padding"]
-    x_shape = instr.shape if op is Op.CONV3D_BACKPROP_INPUT else a.shape
-    w_shape = a.shape if op is Op.CONV3D_BACKPROP_INPUT else instr.shape if \
-        op is Op.CONV3D_BACKPROP_FILTER else b.shape
+    x_shape, w_shape, _ = conv3d_shapes(instr)
     lows, dtype = pads[0::2], a.dtype
     padded = (x_shape[0], *(s + lo + hi for s, lo, hi in zip(x_shape[1:4], lows, pads[1::2])), x_shape[4])
     out = [(p - k) // s + 1 for p, k, s in zip(padded[1:4], w_shape[:3], strides)]

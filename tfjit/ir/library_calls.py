@@ -21,7 +21,8 @@ class LibraryCalls:
     def dot(self, lhs: Instr, rhs: Instr, transpose_lhs: bool = False,
             transpose_rhs: bool = False) -> Instr:
         """Matrix product of the trailing two dims (f32, f64, or bf16 summed in f32 and
-        rounded once); an optional leading batch dim may be 1 on one side (broadcast).  ``transpose_*``: the operand is stored transposed."""
+        rounded once); an optional leading batch dim may be 1 on one side (broadcast).
+        ``transpose_*``: the operand is stored transposed."""
         if lhs.rank != rhs.rank or lhs.rank not in (2, 3) or lhs.dtype is not rhs.dtype \
                 or lhs.dtype not in PRODUCT_DTYPES:
             raise IRError(f"dot of {lhs.dtype.name}{list(lhs.shape)} and "
@@ -225,6 +226,17 @@ def _convolution(x: Instr, w: Instr, strides, dilations, padding) -> tuple:
         out.append((size - window) // strides[d] + 1)
     return (x.shape[0], *out, w.shape[3]), {"strides": strides, "dilations": dilations,
                                             "padding": padding}
+
+
+def conv3d_shapes(i: Instr) -> tuple:
+    """(x, filter, y) shapes of 3-D convolution instruction ``i`` (``CONV3D_OPS``,
+    ``Op.CONV3D_BIAS``): its operands' and result's, by what each is."""
+    a, b = i.operands[:2]
+    if i.op in (Op.CONV3D, Op.CONV3D_BIAS):
+        return a.shape, b.shape, i.shape
+    if i.op is Op.CONV3D_BACKPROP_INPUT:
+        return i.shape, a.shape, b.shape
+    return a.shape, i.shape, b.shape
 
 
 def conv3d_output(x_shape, w_shape, strides, padding):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tfjit.ir.library_calls import conv3d_shapes
 from tfjit.ir.ops import CONV3D_OPS, LIBM, SOLVER_ATTRS, SPECIAL, SPECTRAL_ATTRS, Kind, Op
 from tfjit.passes import fusion as fusion_mod
 from tfjit.passes import kernel_order
@@ -118,9 +119,6 @@ def library_flops(i) -> int:
     if i.op in (Op.CONV, Op.CONV_BIAS):
         kh, kw, c, _ = i.operands[1].shape
         return 2 * i.size * kh * kw * c
-    if i.op is Op.CONV3D_BIAS:
-        kd, kh, kw, c, _ = i.operands[1].shape
-        return 2 * i.size * kd * kh * kw * c
     if i.op is Op.QR:     # Householder (LAPACK's count): 2 l k^2 - 2 k^3 / 3 for R, about as many for Q
         b, m, n = i.operands[0].shape
         k = min(m, n)
@@ -147,10 +145,9 @@ def library_flops(i) -> int:
         values = 4 * m ** 3 // 3 if i.op is Op.SELF_ADJOINT_EIG else 4 * max(m, n) * k * k - 4 * k ** 3 // 3
         return b * (values + (8 * m ** 3 if i.op is Op.SELF_ADJOINT_EIG else 4 * m * m * n + 8 * m * n * n)
                     * vectors)
-    if i.op in CONV3D_OPS:   # 2 flops per filter element and output position, as the 2-D ones
-        kd, kh, kw, c, _ = i.operands[1].shape if i.op is Op.CONV3D else i.operands[0].shape \
-            if i.op is Op.CONV3D_BACKPROP_INPUT else i.shape
-        return 2 * (i.size if i.op is Op.CONV3D else i.operands[1].size) * kd * kh * kw * c
+    if i.op in CONV3D_OPS or i.op is Op.CONV3D_BIAS:   # 2 flops per filter tap and output, as 2-D
+        _, w, y = conv3d_shapes(i)
+        return 2 * math.prod(y) * math.prod(w[:4])
     grad = i.operands[1]
     kh, kw, c, _ = i.operands[0].shape if i.op in (Op.CONV_BACKPROP_INPUT,
                                                    Op.DEPTHWISE_BACKPROP_INPUT) else i.shape

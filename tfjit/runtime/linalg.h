@@ -93,13 +93,13 @@ inline void TfjitBiasActivation(T* out, const T* bias, int64_t positions, int64_
 // `a` and `b` are the input and the filter (conv3d: out is the NDHWC result), the
 // filter and the output gradient (conv3d_backprop_input: out is dx), or the input and
 // the output gradient (conv3d_backprop_filter: out is dw).
-#define TFJIT_CONV3D_PARAMS(T)                                                                \
-  T *out, const T *a, const T *b, int64_t batch, int64_t in_planes, int64_t in_rows,           \
-      int64_t in_cols, int64_t in_depth, int64_t filter_planes, int64_t filter_rows,           \
-      int64_t filter_cols, int64_t out_depth, int64_t out_planes, int64_t out_rows,            \
-      int64_t out_cols, int64_t plane_stride, int64_t row_stride, int64_t col_stride,          \
-      int64_t pad_front, int64_t pad_back, int64_t pad_top, int64_t pad_bottom,                \
-      int64_t pad_left, int64_t pad_right
+#define TFJIT_CONV3D_SIZES                                                                    \
+  int64_t batch, int64_t in_planes, int64_t in_rows, int64_t in_cols, int64_t in_depth,        \
+      int64_t filter_planes, int64_t filter_rows, int64_t filter_cols, int64_t out_depth,      \
+      int64_t out_planes, int64_t out_rows, int64_t out_cols, int64_t plane_stride,            \
+      int64_t row_stride, int64_t col_stride, int64_t pad_front, int64_t pad_back,             \
+      int64_t pad_top, int64_t pad_bottom, int64_t pad_left, int64_t pad_right
+#define TFJIT_CONV3D_PARAMS(T) T *out, const T *a, const T *b, TFJIT_CONV3D_SIZES
 #define TFJIT_CONV3D_ARGS                                                                     \
   out, a, b, batch, in_planes, in_rows, in_cols, in_depth, filter_planes, filter_rows,          \
       filter_cols, out_depth, out_planes, out_rows, out_cols, plane_stride, row_stride,         \
@@ -107,13 +107,8 @@ inline void TfjitBiasActivation(T* out, const T* bias, int64_t positions, int64_
 
 // A 3-D convolution with its bias [out_depth] and activation fused (_FusedConv3D):
 // the bias after the filter, the activation last.
-#define TFJIT_CONV3D_BIAS_PARAMS(T)                                                           \
-  T *out, const T *a, const T *b, const T *bias, int64_t batch, int64_t in_planes,             \
-      int64_t in_rows, int64_t in_cols, int64_t in_depth, int64_t filter_planes,               \
-      int64_t filter_rows, int64_t filter_cols, int64_t out_depth, int64_t out_planes,         \
-      int64_t out_rows, int64_t out_cols, int64_t plane_stride, int64_t row_stride,            \
-      int64_t col_stride, int64_t pad_front, int64_t pad_back, int64_t pad_top,                \
-      int64_t pad_bottom, int64_t pad_left, int64_t pad_right, int32_t activation
+#define TFJIT_CONV3D_BIAS_PARAMS(T) \
+  T *out, const T *a, const T *b, const T *bias, TFJIT_CONV3D_SIZES, int32_t activation
 
 // QR of the matrices x [batch, m, n] (m, n > 0): out holds Q [batch, m, k], then
 // R [batch, k, n] from TfjitQrROffset (64-byte aligned, as TF's tensors must be),

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,7 @@ int32_t Conv3D(Conv3DKind kind, void* runtime, int32_t family, TFJIT_CONV3D_PARA
   const int64_t strides[3] = {plane_stride, row_stride, col_stride};
   const int64_t pads[6] = {pad_front, pad_back, pad_top, pad_bottom, pad_left, pad_right};
   const char* padding = PaddingKind(3, in, window, strides, pads);
-  if (std::string(padding) == "EXPLICIT") {
+  if (std::strcmp(padding, "EXPLICIT") == 0) {
     rt->error = absl::InvalidArgumentError(absl::StrCat(
         kConv3DOps[kind], " takes SAME or VALID padding only, not [", pads[0], ", ", pads[1],
         ", ", pads[2], ", ", pads[3], ", ", pads[4], ", ", pads[5], "]"));
