@@ -74,6 +74,23 @@ def test_scatter_nd_and_tensor_scatter(case, d, op):
     assert_matches(got.numpy(), want.numpy())
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_tensor_scatter_update_of_bools(case):
+    """TF's CPU kernel takes bool (Keras's mixed_float16 train step scatters a mask):
+    duplicates' last update wins."""
+    name, shape, idx = case
+    idx = np.asarray(idx, np.int32)
+    rng = np.random.default_rng(zlib.crc32(f"b{name}".encode()))
+    tensor = tf.constant(rng.random(shape) < 0.5)
+    updates = tf.constant(rng.random(_updates_shape(shape, idx)) < 0.5)
+
+    def fn(t, i, u):
+        return tf.logical_not(tf.tensor_scatter_nd_update(t, i, u))
+    got, want = _both(fn, tensor, tf.constant(idx), updates)
+    assert got.dtype == tf.bool
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 @pytest.mark.parametrize("op", ["Update", "Add", "Sub", "Min", "Max"])
 @pytest.mark.parametrize("d", ["f32", "i64"])
 @pytest.mark.parametrize("case", CASES[:4], ids=[c[0] for c in CASES[:4]])

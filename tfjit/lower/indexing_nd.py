@@ -74,6 +74,10 @@ def _scatter_nd(ctx, kind: str, init: Instr | None, indices: Instr, updates: Ins
                           f"{list(indices.shape)} into shape {list(shape)}: must be {list(want)}")
     if init is not None and updates.dtype is not init.dtype:
         raise Unsupported(f"{ctx.node.op}: {updates.dtype} updates for a {init.dtype} tensor")
+    if updates.dtype is dt.PRED:          # the IR's scatter moves numbers: bools as u8
+        wide = _scatter_nd(ctx, kind, m.convert(init, dt.U8), indices, m.convert(updates, dt.U8),
+                           shape)
+        return m.convert(wide, dt.PRED)
     segments, columns = math.prod(shape[:k]), math.prod(shape[k:])
     n = math.prod(indices.shape[:-1])
     start = None if init is None else m.reshape(init, (segments, columns))
@@ -97,7 +101,8 @@ def _scatter_nd_op(ctx):
 _KINDS = {"Update": "assign", "Add": "sum", "Sub": "sub", "Min": "min_acc", "Max": "max_acc"}
 
 
-@register(*(f"TensorScatter{k}" for k in _KINDS), dtypes=NUMERIC)
+@register(*(f"TensorScatter{k}" for k in _KINDS if k != "Update"), dtypes=NUMERIC)
+@register("TensorScatterUpdate", dtypes=ALL)     # TF's CPU kernel takes bool too (Keras's masks)
 def _tensor_scatter(ctx):
     tensor, indices, updates = ctx.inputs
     return _scatter_nd(ctx, _KINDS[ctx.node.op[len("TensorScatter"):]], tensor, indices, updates,
