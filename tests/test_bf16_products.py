@@ -32,6 +32,7 @@ from oracle import assert_matches
 from tfjit import dtypes as dt
 from tfjit.ir import interp
 from tfjit.ir.module import IRError, Module
+from tfjit.ir.ops import Op
 from tfjit.ir.parse import parse_module
 from tfjit.ir.text import module_str
 from tfjit.passes.dots import Bf16Products
@@ -63,10 +64,13 @@ def _one_rounding_apart(got, want, what=""):
     differ by CPU and summation order, and a rounding to bf16 can fall either side."""
     g, w = np.asarray(got).astype(np.float32), np.asarray(want).astype(np.float32)
     assert np.array_equal(np.isnan(g), np.isnan(w)), what
+    finite = np.isfinite(w)
+    assert np.array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)]), what   # infs
     # (a result near zero after cancelling sums: the f32 sums' own last bits, of the
     # largest results' magnitude, decide it)
-    floor = 2.0 ** -16 * float(np.nanmax(np.abs(w))) if w.size else 0.0
-    ok = np.isnan(w) | (g == w) | (np.abs(g - w) <= np.abs(w) * 2.0 ** -7 + floor)
+    floor = 2.0 ** -16 * float(np.max(np.abs(w[finite]))) if finite.any() else 0.0
+    with np.errstate(invalid="ignore"):
+        ok = ~finite | (g == w) | (np.abs(g - w) <= np.abs(w) * 2.0 ** -7 + floor)
     assert ok.all(), f"{what}: {np.argwhere(~ok)[:3].tolist()}: {g[~ok][:3]} vs {w[~ok][:3]}"
 
 
@@ -152,6 +156,91 @@ def test_convolutions_and_gradients_are_bf16_calls_one_rounding_of_the_f32_sum(c
         want = tf.function(fn)(*args).numpy().astype(np.float32)
         assert_matches(got.astype(np.float32), want, rtol=tol,
                        atol=tol * float(np.max(np.abs(want))), what=what)
+
+
+# (x, filter, stride, padding, activation, reader): the folded call's result read by a
+# depthwise convolution's taps (SAME: its padded copy), by another bf16 convolution, or
+# as the output; a prime channel count; a stride past the window
+BIAS_FOLDS = [
+    ((8, 24, 24, 32), (1, 1, 32, 32), 1, "VALID", "relu", "depthwise"),
+    ((4, 33, 35, 29), (3, 3, 29, 31), 2, "SAME", "relu6", "conv"),
+    ((3, 16, 16, 64), (3, 3, 64, 64), 1, "SAME", "none", "conv"),
+    ((8, 64, 64, 16), (2, 2, 16, 64), 3, "VALID", "relu", "output"),
+]                   # (each convolution at least BF16_CALL_FLOPS)
+
+
+def _activation(kind, y):
+    return {"none": y, "relu": tf.nn.relu(y), "relu6": tf.nn.relu6(y)}[kind]
+
+
+@pytest.mark.parametrize("case", range(len(BIAS_FOLDS)))
+def test_a_bf16_convolutions_bias_and_activation_fold_into_its_call(case, rng, bf16_calls):
+    """Keras's bf16 Conv2D(activation=...): the bias and activation join the bf16 call
+    (passes/epilogue.py), summed, added and clamped in f32 and rounded once; NaN, inf
+    and -0 biases keep TF's positions (this process's TF runs no oneDNN: its Relu keeps
+    a NaN, and so does the call's kernel here)."""
+    xs, ws, stride, padding, kind, reader = BIAS_FOLDS[case]
+    x, w = _bf16(rng, xs), _bf16(rng, ws)
+    bias = rng.standard_normal(ws[-1]).astype(np.float32)
+    bias[:3] = [np.nan, -np.inf, -0.0]
+    b = tf.cast(tf.constant(bias), tf.bfloat16)
+    dw = _bf16(rng, (5, 5, ws[-1], 1))
+    w2 = _bf16(rng, (3, 3, ws[-1], 32))
+
+    def layer(x, w, b):
+        return _activation(kind, tf.nn.bias_add(tf.nn.conv2d(x, w, stride, padding), b))
+
+    def fn(x, w, b, dw, w2):
+        y = layer(x, w, b)
+        if reader == "depthwise":
+            return tf.nn.depthwise_conv2d(y, dw, [1, 2, 2, 1], "SAME")
+        if reader == "conv":
+            return tf.nn.conv2d(y, w2, 1, "SAME")
+        return y
+    args = (x, w, b, dw, w2)
+    f = tfjit.function(fn, jit_compile=True)
+    text = _optimized(f, *args)
+    folded = [line for line in text.splitlines() if " convolution-bias(" in line]
+    assert len(folded) == 1 and "= bf16[" in folded[0] and f"activation={kind}" in folded[0], text
+    # the layer alone: one rounding of activation(f32 sum + bias)
+    g = tfjit.function(layer, jit_compile=True)
+    assert " convolution-bias(" in _optimized(g, x, w, b)
+    exact = _f32_rounded(layer, x, w, b)
+    for _ in range(3):
+        _one_rounding_apart(g(x, w, b).numpy(), exact, "layer")
+    got = f(*args).numpy().astype(np.float32)
+    want = tf.function(fn)(*args).numpy().astype(np.float32)
+    finite = np.isfinite(want)
+    scale = float(np.max(np.abs(want[finite]))) if finite.any() else 1.0
+    assert_matches(got, want, rtol=5e-2, atol=5e-2 * scale, what=reader)
+
+
+def test_what_the_bf16_bias_fold_leaves(rng, bf16_calls):
+    """An f32 bias (the sum not Keras's bf16 one), a pre-activation value read twice (the
+    bias folds, the ReLU stays), a bias read by one elementwise op (fusion computes it
+    there): the IR says so, and the results are TF's."""
+    x, w = _bf16(rng, (2, 16, 16, 32)), _bf16(rng, (3, 3, 32, 32))
+    b = _bf16(rng, (32,))
+    bias32 = tf.constant(rng.standard_normal(32).astype(np.float32))
+
+    def conv(x, w):
+        return tf.nn.conv2d(x, w, 1, "SAME")
+    cases = {
+        "f32 bias": (lambda x, w, b: tf.nn.conv2d(
+            tf.cast(tf.cast(conv(x, w), tf.float32) + bias32, tf.bfloat16), w, 1, "SAME"), None),
+        "pre-activation read twice": (lambda x, w, b: [
+            tf.nn.conv2d(tf.nn.relu(conv(x, w) + b), w, 1, "SAME"), conv(x, w) + b], "none"),
+        "one elementwise reader": (lambda x, w, b: tf.exp(tf.nn.relu(conv(x, w) + b)), None),
+    }
+    for what, (fn, fold) in cases.items():
+        f = tfjit.function(fn, jit_compile=True)
+        text = _optimized(f, x, w, b)
+        folded = [line for line in text.splitlines() if " convolution-bias(" in line]
+        assert (not folded) if fold is None else (
+            len(folded) == 1 and f"activation={fold}" in folded[0]), (what, text)
+        for got, want in zip(tf.nest.flatten(f(x, w, b)), tf.nest.flatten(tf.function(fn)(x, w, b))):
+            g, t = got.numpy().astype(np.float32), want.numpy().astype(np.float32)
+            assert_matches(g, t, rtol=5e-2, atol=5e-2 * float(np.max(np.abs(t))), what=what)
 
 
 def test_what_is_not_rewritten(rng, bf16_calls):
@@ -277,6 +366,8 @@ def test_the_host_runner_against_the_interpreter(rng, bf16_calls):
         "filter gradient": (lambda x, g: tf.raw_ops.Conv2DBackpropFilter(
             input=x, filter_sizes=[3, 3, 32, 32], out_backprop=g, strides=[1, 2, 2, 1], padding="SAME"),
             (x, g)),
+        "conv, bias and ReLU6": (lambda x, w, b: tf.nn.relu6(tf.nn.conv2d(x, w, 2, "SAME") + b),
+                                 (x, w, _bf16(rng, (32,)))),
     }
     for what, (fn, args) in cases.items():
         compiled = tfjit.function(fn, jit_compile=True).compiled(*args)
@@ -329,8 +420,11 @@ ONEDNN_CHILD = textwrap.dedent("""
     b = tf.cast(tf.constant(rng.standard_normal((4, 128, 128)).astype(np.float32)), tf.bfloat16)
     x = tf.cast(tf.constant(rng.standard_normal((4, 24, 24, 16)).astype(np.float32)), tf.bfloat16)
     w = tf.cast(tf.constant(rng.standard_normal((3, 3, 16, 16)).astype(np.float32)), tf.bfloat16)
+    bias = tf.cast(tf.constant(rng.standard_normal(16).astype(np.float32)), tf.bfloat16)
     fns = [(lambda a, b: tf.matmul(a, b) * tf.cast(2.0, tf.bfloat16), (a, b)),
-           (lambda x, w: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), (x, w))]
+           (lambda x, w: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), (x, w)),
+           (lambda x, w, b: tf.nn.conv2d(tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b), w, 1,
+                                         "SAME"), (x, w, bias))]
     for fn, args in fns:
         f = tfjit.function(fn, jit_compile=True)
         want = tf.function(fn)(*args).numpy().astype(np.float32)
@@ -356,9 +450,9 @@ def test_with_onednn_the_calls_are_onednns_bf16_kernels_where_the_cpu_multiplies
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls = [line for line in proc.stdout.splitlines() if line.startswith("bf16 calls:")]
-    assert calls == [f"bf16 calls: {native}"] * 2, proc.stdout
+    assert calls == [f"bf16 calls: {native}"] * 3, proc.stdout
     if native:
-        for op in ("BatchMatMulV2", "Conv2D"):
+        for op in ("BatchMatMulV2", "Conv2D", "_FusedConv2D"):
             assert f"runs TF's oneDNN {op} kernel: TF runs oneDNN's kernels" in proc.stdout, proc.stdout
 
 
@@ -376,9 +470,15 @@ def test_the_kernel_choice_for_bf16_calls(onednn, native):
     small = [m.dot(m.parameter(dt.BF16, (16, 10, 32)), m.parameter(dt.BF16, (16, 32, 16))),
              m.convolution(m.parameter(dt.BF16, (4, 8, 8, 16)), m.parameter(dt.BF16, (3, 3, 16, 16)),
                            (1, 1), (1, 1), (1, 1, 1, 1))]
+    # a folded bias and ReLU (passes/epilogue.py): oneDNN's NaN-to-0 ReLU only where TF's
+    # graph mode runs oneDNN
+    calls.append(m.convolution_bias(x, w, m.parameter(dt.BF16, (32,)), (1, 1), (1, 1), (1, 1, 1, 1),
+                                    "relu"))
     for call in calls + [wide] + small:
         family, why = library.tf_kernel(call, onednn, native)
         if onednn and native and call in calls:
             assert family == library.ONEDNN, why
+        elif call.op is Op.CONV_BIAS and not onednn:
+            assert family == library.MEASURED_WITHOUT_ONEDNN and why.startswith("in f32"), why
         else:
             assert family == library.MEASURED and why.startswith("in f32"), why

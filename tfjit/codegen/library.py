@@ -186,9 +186,10 @@ _CALLS = {
     Op.FFT: ("fft", _fft_args, fft_tf_op),
 }
 
-# the entry points with a bf16 variant (the calls passes/dots.py Bf16Products makes);
-# the others f32/f64 only
-BF16_CALLS = frozenset(_CALLS[op][0] for op in BF16_OPS)
+# the entry points with a bf16 variant (the calls passes/dots.py Bf16Products makes, and
+# the convolution with its bias that passes/epilogue.py folds one into); the others
+# f32/f64 only
+BF16_CALLS = frozenset(_CALLS[op][0] for op in BF16_OPS + (Op.CONV_BIAS,))
 
 
 # Which of TF's kernels a call runs under the launch op (runtime/tf_kernels.cc's Family):
@@ -247,7 +248,8 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
         why = ("TF runs no oneDNN here" if not onednn else "the CPU has no bf16 arithmetic"
                if not native_bf16 else f"under {BF16_CALL_FLOPS} flops oneDNN's bf16 kernel "
                "costs more than the call" if small else "oneDNN refuses this padding")
-        return MEASURED, (f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the "
+        relu = i.op is Op.CONV_BIAS and i.attrs["activation"] != "none" and not onednn
+        return MEASURED_WITHOUT_ONEDNN if relu else MEASURED, (f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the "
                           f"operands widened, {_MEASURED}, the result rounded once")
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"

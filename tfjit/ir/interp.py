@@ -35,6 +35,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, IRError, Module, scatter_identity
 from tfjit.ir import interp_linalg, interp_rng, interp_special, interp_special_unary
 from tfjit.ir.interp_cast import convert as _convert, flush as _flush
@@ -529,7 +530,12 @@ _EVAL = {
 }
 def _conv_bias(instr, vals):
     """activation(convolution + bias): the entries of the instructions it replaces
-    (passes/epilogue.py), so each step rounds and flushes as they do."""
+    (passes/epilogue.py), so each step rounds and flushes as they do; a bf16 one in f32,
+    rounded once at the end (oneDNN's fused bf16 kernel, as the runtime)."""
+    if instr.dtype is dt.BF16:
+        f32 = Instr(instr.op, dt.F32, instr.shape, instr.operands, instr.attrs)
+        wide = _conv_bias(f32, [np.asarray(v, np.float32) for v in vals])
+        return wide.astype(instr.dtype.numpy())
     x, w, bias = vals
     conv = Instr(Op.CONV3D if instr.op is Op.CONV3D_BIAS else Op.CONV, instr.dtype, instr.shape,
                  instr.operands[:2], instr.attrs)

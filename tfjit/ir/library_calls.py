@@ -10,8 +10,8 @@ from tfjit.ir.ops import CONV_ACTIVATIONS, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRA
 from tfjit.ir.packing import fft_shape, log_determinant_parts, lu_parts, qr_parts, spectral_parts
 
 
-# a dot, a 2-D convolution and its gradients also take bf16 (passes/dots.py
-# Bf16Products: TF's bf16 kernels, f32 sums rounded once)
+# a dot, a 2-D convolution (and one with its bias, passes/epilogue.py) and its gradients
+# also take bf16 (passes/dots.py Bf16Products: TF's bf16 kernels, f32 sums rounded once)
 PRODUCT_DTYPES = LIBRARY_DTYPES + (dt.BF16,)
 
 
@@ -53,7 +53,7 @@ class LibraryCalls:
         in one library call (passes/epilogue.py builds it from the three)."""
         shape, attrs = _convolution(x, w, strides, dilations, padding)
         if bias.rank != 1 or bias.dtype is not x.dtype or bias.shape[0] != w.shape[3] \
-                or x.dtype not in LIBRARY_DTYPES \
+                or x.dtype not in PRODUCT_DTYPES \
                 or activation not in CONV_ACTIVATIONS:
             raise IRError(f"convolution-bias: bias {bias.dtype.name}{list(bias.shape)} for "
                           f"{w.shape[3]} channels of {x.dtype.name}, activation {activation!r} "

@@ -43,9 +43,24 @@ default kernel whole and in parts.
 
 The sum and clamps round as the instructions they replace; the convolution's own
 sum is the kernel's, as before (the interpreter computes the same steps,
-ir/interp.py).  f16/bf16 convolutions compute in f32 between converts and are not
-matched (the add reads the convert); f64 ones are left as they were (oneDNN has no
-f64 kernel, and Eigen's fused one was not measured).
+ir/interp.py).  f64 convolutions are left as they were (oneDNN has no f64 kernel, and
+Eigen's fused one was not measured); f16 ones compute in f32 between converts (no
+f16 call) and are not matched.
+
+A bf16 convolution call (passes/dots.py Bf16Products, which runs before this pass)
+is followed by Keras's bf16 arithmetic as the IR spells it: each step widened to f32
+and rounded back,
+
+    round(max(widen(round(widen(convolution) + widen(bias))), 0))
+
+and folds the same way into a bf16 ``convolution-bias``, which sums, adds and clamps
+in f32 and rounds once: oneDNN's fused bf16 kernel, what TF's graph mode runs for the
+same layer (its remapper fuses Conv2D + BiasAdd + Relu in bf16 too).  The instructions
+it replaces rounded the convolution before the add: results move by at most one bf16
+ulp.  Unfolded, each reader of the activation recomputed the two roundings (about 20
+instructions an element) at every one of its reads: the separable layer model's 5x5
+stride-2 depthwise kernel after a 1x1 bf16 convolution read each element 6 times and
+took 2.14 ms, against 0.48 in f32 (tfjit.kernel_profile; docs/performance.md).
 """
 from __future__ import annotations
 
@@ -108,25 +123,76 @@ def _fold_at(add: Instr, users: dict, outputs: set) -> list | None:
         return None
     for k in (0, 1):
         v, b = add.operands[k], add.operands[1 - k]
-        reader = add
-        while _keeps_channels(v) and only_reader(v, reader, users, outputs):
+        reader, widened = add, False
+        while (_keeps_channels(v) or not widened and _widens_bf16(v)) \
+                and only_reader(v, reader, users, outputs):
+            widened = widened or v.op is Op.CONVERT
             reader, v = v, v.operands[0]
-        if v.op not in _FUSED or not only_reader(v, reader, users, outputs):
+        if v.op not in _FUSED or v.dtype is not (dt.BF16 if widened else dt.F32) \
+                or not only_reader(v, reader, users, outputs):
             continue
         bias = _bias(b, v.shape[-1])
+        if widened:     # a bf16 bias, widened (Keras casts its f32 variable to bf16)
+            bias = bias.operands[0] if bias is not None and _widens_bf16(bias) else None
         if bias is None:
             continue
-        activation, end = "none", add
-        nxt = users[add] if add not in outputs else []
-        if len(nxt) == 1 and nxt[0].op is Op.MAX and _clamps(nxt[0], add, 0.0):
-            activation, end = "relu", nxt[0]
-            after = users[end] if end not in outputs else []
-            if len(after) == 1 and after[0].op is Op.MIN and _clamps(after[0], end, 6.0):
-                activation, end = "relu6", after[0]
-        if not _materialized(end, users, outputs):
+        activation, end = (_bf16_activation if widened else _activation)(add, users, outputs)
+        if end is None or not _materialized(end, users, outputs):
             return None
         return [v, add, bias, activation, end]
     return None
+
+
+def _activation(add: Instr, users: dict, outputs: set) -> tuple:
+    """(activation, its last instruction) after an f32 add: max(v, 0) [then min(., 6)]."""
+    activation, end = "none", add
+    for kind, op, bound in (("relu", Op.MAX, 0.0), ("relu6", Op.MIN, 6.0)):
+        clamp = _clamp(end, users, outputs, op, bound)
+        if clamp is None:
+            break
+        activation, end = kind, clamp
+    return activation, end
+
+
+def _bf16_activation(add: Instr, users: dict, outputs: set) -> tuple:
+    """The same after the add of a bf16 layer's widened values, where each bf16 step
+    rounds its result: ``round(add)``, then ``round(max(widen(.), 0))`` with TF's Relu,
+    ``round(min(max(widen(.), 0), 6))`` with Relu6, or a rounded min(widen(.), 6) after a
+    rounded ReLU; (none, None) where the add is not rounded alone."""
+    end = _round(add, users, outputs)
+    activation = "none"
+    while end is not None and activation != "relu6":
+        nxt = users[end] if end not in outputs else []
+        if len(nxt) != 1 or not _widens_bf16(nxt[0]):
+            break
+        step, v = activation, nxt[0]
+        for kind, op, bound in (("relu", Op.MAX, 0.0), ("relu6", Op.MIN, 6.0)):
+            if (kind == "relu") == (step == "none"):
+                clamp = _clamp(v, users, outputs, op, bound)
+                if clamp is not None:
+                    step, v = kind, clamp
+        rounded = _round(v, users, outputs) if step != activation else None
+        if rounded is None:
+            break
+        activation, end = step, rounded
+    return activation, end
+
+
+def _clamp(v: Instr, users: dict, outputs: set, op: Op, bound: float) -> Instr | None:
+    """The clamp ``op(v, bound)`` that alone reads ``v``, or None."""
+    nxt = users[v] if v not in outputs else []
+    return nxt[0] if len(nxt) == 1 and nxt[0].op is op and _clamps(nxt[0], v, bound) else None
+
+
+def _round(v: Instr, users: dict, outputs: set) -> Instr | None:
+    """The convert of f32 ``v`` to bf16 that alone reads it, or None."""
+    nxt = users[v] if v not in outputs else []
+    ok = len(nxt) == 1 and nxt[0].op is Op.CONVERT and nxt[0].dtype is dt.BF16
+    return nxt[0] if ok else None
+
+
+def _widens_bf16(v: Instr) -> bool:
+    return v.op is Op.CONVERT and v.dtype is dt.F32 and v.operands[0].dtype is dt.BF16
 
 
 def _materialized(end: Instr, users: dict, outputs: set) -> bool:
@@ -144,7 +210,7 @@ def _materialized(end: Instr, users: dict, outputs: set) -> bool:
     if end in outputs or len(users[end]) != 1:
         return True
     reader = users[end][0]
-    while reader.op in (Op.RESHAPE, Op.PAD) and reader not in outputs:
+    while (reader.op in (Op.RESHAPE, Op.PAD) or _widens_bf16(reader)) and reader not in outputs:
         if len(users[reader]) != 1:
             return True
         reader = users[reader][0]

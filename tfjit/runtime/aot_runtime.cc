@@ -172,6 +172,22 @@ TFJIT_EXPORT int32_t tfjit_aot_rt_conv2d_bf16(void*, int32_t, TFJIT_CONV2D_PARAM
                 });
 }
 
+TFJIT_EXPORT int32_t tfjit_aot_rt_conv2d_bias_bf16(void*, int32_t,
+                                                   TFJIT_CONV2D_BIAS_PARAMS(uint16_t)) {
+  std::vector<float> wide_bias(out_depth);
+  for (int64_t c = 0; c < out_depth; ++c) wide_bias[c] = TfjitBf16ToF32(bias[c]);
+  return ViaF32(out, batch * out_rows * out_cols * out_depth, input,
+                batch * in_rows * in_cols * in_depth, filter,
+                filter_rows * filter_cols * in_depth * out_depth,
+                [&](float* o, const float* x, const float* w) {
+                  return tfjit_aot_rt_conv2d_bias_f32(
+                      nullptr, 0, o, x, w, wide_bias.data(), batch, in_rows, in_cols, in_depth,
+                      filter_rows, filter_cols, out_depth, out_rows, out_cols, row_stride,
+                      col_stride, row_dilation, col_dilation, pad_top, pad_bottom, pad_left,
+                      pad_right, activation);
+                });
+}
+
 #define TFJIT_AOT_BACKPROP_BF16(name, of_input)                                                   \
   TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_bf16(void*, int32_t, TFJIT_BACKPROP_PARAMS(uint16_t)) { \
     const int64_t x_size = batch * in_rows * in_cols * in_depth;                                  \

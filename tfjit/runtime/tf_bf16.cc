@@ -4,6 +4,9 @@
 // and more):
 //   tfjit_rt_dot_bf16(runtime, kernel, TFJIT_DOT_PARAMS(bf16))
 //   tfjit_rt_conv2d_bf16(runtime, kernel, TFJIT_CONV2D_PARAMS(bf16))
+//   tfjit_rt_conv2d_bias_bf16(runtime, kernel, TFJIT_CONV2D_BIAS_PARAMS(bf16)): one of
+//     them with its bias and activation (passes/epilogue.py folds them), summed, added
+//     and clamped in f32 and rounded once (oneDNN's _FusedConv2D in bf16)
 //   tfjit_rt_conv2d_backprop_{input,filter}_bf16(runtime, kernel, TFJIT_BACKPROP_PARAMS(bf16))
 // `kernel` kOneDnn: TF's bf16 MatMul/BatchMatMulV2, Conv2D, Conv2DBackpropInput/Filter
 // on oneDNN's kernels, what graph mode runs (AVX512-BF16 or AMX). Any other family, or
@@ -99,10 +102,15 @@ int32_t DotBf16(void* runtime, int32_t family, TFJIT_DOT_PARAMS(bfloat16)) {
                 });
 }
 
-int32_t Conv2DBf16(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(bfloat16)) {
+// `bias` (null: none) and `activation` as Convolution's.
+int32_t Conv2DBf16(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(bfloat16),
+                   const bfloat16* bias, int32_t activation) {
   if (runtime != nullptr && family == kOneDnn) {
-    return Convolution<bfloat16>(runtime, family, TFJIT_CONV2D_ARGS, nullptr, 0, nullptr);
+    return Convolution<bfloat16>(runtime, family, TFJIT_CONV2D_ARGS, bias, activation, nullptr);
   }
+  const int64_t channels = bias == nullptr ? 0 : out_depth;
+  const Floats wide_bias = AlignedFloats(channels);   // (TF's kernels check the alignment)
+  for (int64_t c = 0; c < channels; ++c) wide_bias[c] = static_cast<float>(bias[c]);
   return ViaF32(runtime, out, batch * out_rows * out_cols * out_depth, input,
                 batch * in_rows * in_cols * in_depth, filter,
                 filter_rows * filter_cols * in_depth * out_depth,
@@ -111,7 +119,8 @@ int32_t Conv2DBf16(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(bfloat16))
                       runtime, F32Family(family), o, x, w, batch, in_rows, in_cols, in_depth,
                       filter_rows, filter_cols, out_depth, out_rows, out_cols, row_stride,
                       col_stride, row_dilation, col_dilation, pad_top, pad_bottom, pad_left,
-                      pad_right, nullptr, 0, &TfjitLinalg::conv2d_f32);
+                      pad_right, wide_bias.get(), activation,
+                      &TfjitLinalg::conv2d_f32);
                 });
 }
 
@@ -146,7 +155,12 @@ TFJIT_EXPORT int32_t tfjit_rt_dot_bf16(void* runtime, int32_t kernel,
 
 TFJIT_EXPORT int32_t tfjit_rt_conv2d_bf16(void* runtime, int32_t kernel,
                                           TFJIT_CONV2D_PARAMS(tensorflow::bfloat16)) {
-  return tensorflow::tfjit::Conv2DBf16(runtime, kernel, TFJIT_CONV2D_ARGS);
+  return tensorflow::tfjit::Conv2DBf16(runtime, kernel, TFJIT_CONV2D_ARGS, nullptr, 0);
+}
+
+TFJIT_EXPORT int32_t tfjit_rt_conv2d_bias_bf16(void* runtime, int32_t kernel,
+                                               TFJIT_CONV2D_BIAS_PARAMS(tensorflow::bfloat16)) {
+  return tensorflow::tfjit::Conv2DBf16(runtime, kernel, TFJIT_CONV2D_ARGS, bias, activation);
 }
 
 TFJIT_EXPORT int32_t tfjit_rt_conv2d_backprop_input_bf16(
