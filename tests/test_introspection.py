@@ -61,14 +61,14 @@ def test_pass_dumps_follow_the_regex(tmp_path, flags, rng):
     compiled = f.compiled(*_args(rng))
     name = dump.safe_name(compiled.name)
     assert _files(tmp_path) == [f"{name}.{s}" for s in (
-        "0016.fusion.txt", "0017.buffer-assignment.txt", "after_optimizations.dot",
+        "0017.fusion.txt", "0018.buffer-assignment.txt", "after_optimizations.dot",
         "after_optimizations.txt", "before_optimizations.txt", "cluster.pbtxt", "ir-no-opt.ll",
         "ir-with-opt.ll", "s")]
     read = lambda s: (tmp_path / f"module_0000.{name}.{s}").read_text()
-    fusion_text = read("0016.fusion.txt")
+    fusion_text = read("0017.fusion.txt")
     assert fusion_text.startswith(compiled.module_after)          # the IR after the pass ...
     assert dump.kernels_section(compiled) in fusion_text          # ... and the kernels it made
-    plan_text = read("0017.buffer-assignment.txt")
+    plan_text = read("0018.buffer-assignment.txt")
     assert plan_text.startswith(compiled.module_after)
     n_in, n_out = len(compiled.signature), 3
     assert f"// buffer plan: {n_in} input(s), {n_out} output(s), 0 temp(s)" in plan_text
@@ -95,12 +95,13 @@ def test_every_pass_is_dumped_in_order(tmp_path, flags, rng):
                                              "0008.fold-convolution-bias.txt",
                                              "0009.merge-sibling-convolutions.txt",
                                              "0010.two-stage-reductions.txt",
-                                             "0011.reshape-chains.txt", "0012.dce.txt",
-                                             "0013.collapse-dims.txt", "0014.flatten-reductions.txt",
-                                             "0015.copy-per-reader.txt", "0016.fusion.txt",
-                                             "0017.buffer-assignment.txt", "0018.concurrency.txt")]
+                                             "0011.converts-before-reshapes.txt",
+                                             "0012.reshape-chains.txt", "0013.dce.txt",
+                                             "0014.collapse-dims.txt", "0015.flatten-reductions.txt",
+                                             "0016.copy-per-reader.txt", "0017.fusion.txt",
+                                             "0018.buffer-assignment.txt", "0019.concurrency.txt")]
     cse = (tmp_path / f"module_0000.{name}.0000.cse.txt").read_text()
-    dce = (tmp_path / f"module_0000.{name}.0012.dce.txt").read_text()
+    dce = (tmp_path / f"module_0000.{name}.0013.dce.txt").read_text()
     assert cse.startswith("// after pass cse: changed\n")
     assert dce.startswith("// after pass dce: changed\n")    # CSE left the duplicate dead
     assert dce.count(" multiply(") == 1 and cse.count(" multiply(") == 2
@@ -364,7 +365,7 @@ def test_hostile_function_name_end_to_end(tmp_path, flags, rng):
     x = tf.constant(rng.standard_normal(3, dtype=np.float32))
     np.testing.assert_allclose(tfjit.function(body)(x).numpy(), x.numpy() * c - 1.0, rtol=1e-6)
     written = sorted(os.listdir(dumps))
-    assert len(written) == 26 and all(n.startswith("module_0000._.._evil_x_y.") for n in written)
+    assert len(written) == 27 and all(n.startswith("module_0000._.._evil_x_y.") for n in written)
     assert sorted(os.listdir(report / "modules")) == written
     everything = [os.path.join(r, n) for r, _, names in os.walk(tmp_path) for n in names]
-    assert len(everything) == 2 * 26 + 1
+    assert len(everything) == 2 * 27 + 1

@@ -42,7 +42,7 @@ from tfjit.passes.dots import Bf16Products, DotsAsReductions, FoldBatchIntoContr
 from tfjit.passes.epilogue import FoldConvolutionBias
 from tfjit.passes.sibling_convs import MergeSiblingConvolutions
 from tfjit.passes.simplify import (CSE, DCE, FlattenReductions, MishFactor, RepeatsAsBroadcasts,
-                                   ReshapeChains)
+                                   ConvertsBeforeReshapes, ReshapeChains)
 from tfjit.passes.collapse import CollapseDims
 from tfjit.passes.copies import CopyPerReader
 from tfjit.passes.reductions import TwoStageReductions
@@ -208,7 +208,7 @@ class _OnModule:
 PASSES = [CSE(), RepeatsAsBroadcasts(), MishFactor(), FoldBatchIntoContraction(), DotsAsReductions(),
           Bf16Products(), CancelTransposes(),
           ScatterBetweenTransposes(), FoldConvolutionBias(), MergeSiblingConvolutions(),
-          TwoStageReductions(), ReshapeChains(), DCE(),
+          TwoStageReductions(), ConvertsBeforeReshapes(), ReshapeChains(), DCE(),
           CollapseDims(), FlattenReductions(), CopyPerReader()]   # the module-to-module passes, in order
 PIPELINE = [_OnModule(p) for p in PASSES] + [Fuse(), AssignBuffers(), GroupConcurrent()]   # what optimize runs
 

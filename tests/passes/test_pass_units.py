@@ -156,7 +156,8 @@ def test_after_pass_sees_every_step_of_the_pipeline_in_order():
                                       "fold-batch-into-contraction", "dots-as-reductions", "bf16-products",
                                       "cancel-transposes", "scatter-between-transposes",
                                       "fold-convolution-bias", "merge-sibling-convolutions",
-                                      "two-stage-reductions", "reshape-chains",
+                                      "two-stage-reductions", "converts-before-reshapes",
+                                      "reshape-chains",
                                       "dce", "collapse-dims",
                                       "flatten-reductions", "copy-per-reader", "fusion", "buffer-assignment",
                                       "concurrency"]
@@ -365,3 +366,49 @@ def test_a_library_call_reads_a_chain_of_reshapes_of_a_kernels_value_in_place():
     assert [f.kind for f in kernels] == ["loop", "library"]
     assert sum("read in place" in n for n in kernels[1].notes) == 2, kernels[1].notes
     verify.fusions(m, kernels)
+
+
+WIDENED_FLATTEN = """module flatten {
+  %p0 = bf16[4,6,6,8] parameter(0)
+  %p1 = f32[288,10] parameter(1)
+  %constant.0 = f32[] constant(1.5)
+  %broadcast.1 = f32[4,6,6,8] broadcast(%constant.0), dims={}
+  %convert.2 = f32[4,6,6,8] convert(%p0)
+  %multiply.3 = f32[4,6,6,8] multiply(%convert.2, %broadcast.1)
+  %convert.4 = bf16[4,6,6,8] convert(%multiply.3)
+  %reshape.5 = bf16[4,288] reshape(%convert.4)
+  %convert.6 = f32[4,288] convert(%reshape.5)
+  %dot.7 = f32[4,10] dot(%convert.6, %p1), transpose_lhs=0, transpose_rhs=0
+  ROOT (%dot.7)
+}
+"""
+
+
+def test_a_convert_read_by_a_call_moves_before_the_reshape_it_reads():
+    """Keras's bf16 Flatten before an f32 Dense: the widening runs in the pool's shape,
+    and the product reads its reshape in place (passes/simplify.py)."""
+    import ml_dtypes
+    import numpy as np
+    from tfjit.ir import interp
+    from tfjit.passes.simplify import ConvertsBeforeReshapes
+    from tfjit.ir.text import module_str
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal((4, 6, 6, 8)).astype(ml_dtypes.bfloat16),
+              rng.standard_normal((288, 10)).astype(np.float32)]
+    m = parse_module(WIDENED_FLATTEN)
+    (before,) = interp.evaluate(m, values)
+    assert ConvertsBeforeReshapes().run(m)
+    verify.module(m, "converts-before-reshapes")
+    text = module_str(m)
+    assert "f32[4,6,6,8] convert(%convert.4)" in text and "f32[4,288] reshape(" in text, text
+    (after,) = interp.evaluate(parse_module(text), values)
+    assert np.array_equal(before, after)
+    DCE().run(m)
+    kernels = fusion.fuse(m)
+    assert [(f.kind, tuple(f.shape)) for f in kernels] == [("loop", (4, 6, 6, 8)), ("library", (4, 10))]
+    assert any("read in place" in n for n in kernels[1].notes), kernels[1].notes
+    # a convert read by anything but calls, or a reshape read twice: left alone
+    assert not ConvertsBeforeReshapes().run(parse_module(WIDENED_FLATTEN.replace(
+        "ROOT (%dot.7)", "%exp.8 = f32[4,288] exp(%convert.6)\n  ROOT (%dot.7, %exp.8)")))
+    assert not ConvertsBeforeReshapes().run(parse_module(WIDENED_FLATTEN.replace(
+        "ROOT (%dot.7)", "ROOT (%dot.7, %reshape.5)")))
