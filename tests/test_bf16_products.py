@@ -158,6 +158,55 @@ def test_convolutions_and_gradients_are_bf16_calls_one_rounding_of_the_f32_sum(c
                        atol=tol * float(np.max(np.abs(want))), what=what)
 
 
+# (x, filter, strides, padding): 3-D convolutions (TF's own 3-D kernels,
+# lower/conv3d.py) with edge sizes: one output plane, a stride past the window, prime
+# channels (each at least BF16_CALL_FLOPS; the 1x1x1 one a product, lower/conv3d.py)
+CONVOLUTIONS_3D = [
+    ((2, 8, 10, 10, 16), (3, 3, 3, 16, 32), (1, 1, 1), "SAME"),
+    ((16, 4, 17, 13, 23), (3, 2, 3, 23, 29), (2, 3, 2), "VALID"),
+    ((2, 8, 12, 12, 32), (1, 1, 1, 32, 64), (1, 1, 1), "VALID"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONVOLUTIONS_3D)))
+def test_3d_convolutions_and_gradients_are_bf16_calls(case, rng, bf16_calls):
+    xs, ws, strides, padding = CONVOLUTIONS_3D[case]
+    x, w = _bf16(rng, xs), _bf16(rng, ws)
+    s5 = [1, *strides, 1]
+
+    def conv(x, w):
+        return tf.nn.conv3d(x, w, s5, padding)
+    g = _bf16(rng, conv(x, w).shape)
+    fns = {"Conv3D": (conv, (x, w)),
+           "Conv3DBackpropInputV2": (lambda w, g: tf.raw_ops.Conv3DBackpropInputV2(
+               input_sizes=list(xs), filter=w, out_backprop=g, strides=s5, padding=padding), (w, g)),
+           "Conv3DBackpropFilterV2": (lambda x, g: tf.raw_ops.Conv3DBackpropFilterV2(
+               input=x, filter_sizes=list(ws), out_backprop=g, strides=s5, padding=padding), (x, g))}
+    for what, (fn, args) in fns.items():
+        f = tfjit.function(fn, jit_compile=True)
+        text = _optimized(f, *args)
+        calls = [line for line in text.splitlines() if re.search(r" convolution-3d[-a-z]*\(", line)]
+        # (a small input gradient runs as 2-D taps, lower/conv3d.py: a 2-D bf16 call then)
+        assert any("= bf16[" in line and " convolution" in line for line in text.splitlines()), \
+            (what, text)
+        assert all("= bf16[" in c for c in calls), (what, calls)
+        exact = _f32_rounded(fn, *args)
+        for _ in range(3):
+            got = f(*args).numpy()
+            _one_rounding_apart(got, exact, what)
+        want = tf.function(fn)(*args).numpy().astype(np.float32)
+        assert_matches(got.astype(np.float32), want, rtol=5e-2,
+                       atol=5e-2 * float(np.max(np.abs(want))), what=what)
+        # the host runner (no launch: linalg.cc's f32 call on widened operands) and the
+        # interpreter agree with it
+        compiled = f.compiled(*args)
+        values = [a.numpy() for a in args]
+        (host_got,) = host.run_compiled(compiled, values)
+        (interp_got,) = interp.evaluate(parse_module(compiled.module_after), values)
+        _one_rounding_apart(host_got, exact, what)
+        _one_rounding_apart(interp_got, exact, what)
+
+
 # (x, filter, stride, padding, activation, reader): the folded call's result read by a
 # depthwise convolution's taps (SAME: its padded copy), by another bf16 convolution, or
 # as the output; a prime channel count; a stride past the window
@@ -412,6 +461,7 @@ def test_the_pass_on_ir_text_and_the_builder():
 
 
 ONEDNN_CHILD = textwrap.dedent("""
+    import re
     import numpy as np
     import tensorflow as tf
     import tfjit
@@ -424,7 +474,9 @@ ONEDNN_CHILD = textwrap.dedent("""
     fns = [(lambda a, b: tf.matmul(a, b) * tf.cast(2.0, tf.bfloat16), (a, b)),
            (lambda x, w: tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME")), (x, w)),
            (lambda x, w, b: tf.nn.conv2d(tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME") + b), w, 1,
-                                         "SAME"), (x, w, bias))]
+                                         "SAME"), (x, w, bias)),
+           (lambda x, w: tf.nn.conv3d(x, w, [1, 1, 1, 1, 1], "SAME"),
+            (tf.reshape(x, (4, 4, 6, 24, 16)), tf.reshape(w, (3, 3, 1, 16, 16))))]
     for fn, args in fns:
         f = tfjit.function(fn, jit_compile=True)
         want = tf.function(fn)(*args).numpy().astype(np.float32)
@@ -432,8 +484,8 @@ ONEDNN_CHILD = textwrap.dedent("""
             got = f(*args).numpy().astype(np.float32)
             np.testing.assert_allclose(got, want, rtol=2e-2, atol=5e-2)
         text = f.experimental_get_compiler_ir(*args)(stage="optimized_ir")
-        print("bf16 calls:", any(" dot(" in l or " convolution(" in l for l in text.splitlines()
-                                 if "= bf16[" in l))
+        print("bf16 calls:", any(re.search(r" (dot|convolution[-a-z0-9]*)\\(", l)
+                                 for l in text.splitlines() if "= bf16[" in l))
         print([n for fu in f.compiled(*args).fusions for n in fu.notes if "runs TF's" in n])
 """)
 
@@ -450,9 +502,9 @@ def test_with_onednn_the_calls_are_onednns_bf16_kernels_where_the_cpu_multiplies
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls = [line for line in proc.stdout.splitlines() if line.startswith("bf16 calls:")]
-    assert calls == [f"bf16 calls: {native}"] * 3, proc.stdout
+    assert calls == [f"bf16 calls: {native}"] * 4, proc.stdout
     if native:
-        for op in ("BatchMatMulV2", "Conv2D", "_FusedConv2D"):
+        for op in ("BatchMatMulV2", "Conv2D", "_FusedConv2D", "Conv3D"):
             assert f"runs TF's oneDNN {op} kernel: TF runs oneDNN's kernels" in proc.stdout, proc.stdout
 
 

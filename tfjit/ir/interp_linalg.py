@@ -84,6 +84,7 @@ def conv_backprop(instr, a, g):
     return dxp[:, top:top + h, left:left + wd] if of_input else dw
 
 
+@_in_f32_if_half
 def conv3d(instr, a, b):
     """The 3-D convolution and its gradients (``Op.CONV3D_OPS``): for each filter tap,
     the strided window of the padded input it meets, as in ``conv``."""

@@ -10,8 +10,9 @@ from tfjit.ir.ops import CONV_ACTIVATIONS, CONV_BACKPROPS, SOLVER_ATTRS, SPECTRA
 from tfjit.ir.packing import fft_shape, log_determinant_parts, lu_parts, qr_parts, spectral_parts
 
 
-# a dot, a 2-D convolution (and one with its bias, passes/epilogue.py) and its gradients
-# also take bf16 (passes/dots.py Bf16Products: TF's bf16 kernels, f32 sums rounded once)
+# a dot, a 2-D convolution (and one with its bias, passes/epilogue.py), a 3-D one and
+# their gradients also take bf16 (passes/dots.py Bf16Products: TF's bf16 kernels, f32
+# sums rounded once)
 PRODUCT_DTYPES = LIBRARY_DTYPES + (dt.BF16,)
 
 
@@ -101,7 +102,7 @@ class LibraryCalls:
                             Op.CONV3D_BACKPROP_INPUT: (tuple(shape or ()), a.shape),
                             Op.CONV3D_BACKPROP_FILTER: (a.shape, tuple(shape or ()))}.get(op, ((), ()))
         y = conv3d_output(x_shape, w_shape, strides, padding) \
-            if a.dtype is b.dtype and a.dtype in LIBRARY_DTYPES else None
+            if a.dtype is b.dtype and a.dtype in PRODUCT_DTYPES else None
         if y is None or (op is not Op.CONV3D and b.shape != y):
             raise IRError(f"{op.spelling} of {a.dtype.name}{list(a.shape)} and "
                           f"{b.dtype.name}{list(b.shape)} (input {list(x_shape)}, filter "

@@ -26,9 +26,9 @@ is a column reduction over the matrix's rows; K = 1 (the input gradient of a
 ``Dense(1)``) is an outer product, elementwise.  The sum's order is the reduction's,
 not the GEMM's: results agree within float tolerance.
 
-``Bf16Products``: a product of two bfloat16 values is a bfloat16 dot, and a 2-D
-convolution or gradient of two a bfloat16 call (0.55-0.64x graph's speed before, in
-f32, on Zen 4).  TF lowers to
+``Bf16Products``: a product of two bfloat16 values is a bfloat16 dot, and a 2-D or
+3-D convolution or gradient of two a bfloat16 call (0.55-0.64x graph's speed before,
+in f32, on Zen 4; Keras's Conv3D layer model 0.84x).  TF lowers to
 ``convert_bf16(dot(convert_f32(a), convert_f32(b)))`` (lower/registry.py's
 half_in_f32): the widening is exact and the one rounding is at the end, which is what
 TF's bf16 MatMul computes too (its kernels accumulate in f32).  As a bf16 dot the
@@ -159,7 +159,7 @@ def _swapped(made: Module, x: Instr) -> Instr:
 class Bf16Products:
     """``convert_bf16(dot(convert_f32(a), convert_f32(b)))`` with a and b bf16, the dot
     read by that convert alone, becomes the bf16 ``dot(a, b)`` (module docstring); a 2-D
-    convolution or one of its gradients likewise.
+    or 3-D convolution or one of its gradients likewise.
     Reshapes and transposes between the converts and the dot (Keras's einsums, a
     batch collapsed for MatMul) move with them: they move the same values in bf16."""
     name = "bf16-products"
@@ -175,7 +175,8 @@ class Bf16Products:
 
 _MOVES = (Op.RESHAPE, Op.TRANSPOSE)
 # the library calls with a bf16 kernel (runtime/tf_bf16.cc)
-BF16_CALLS = (Op.DOT, Op.CONV, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER)
+BF16_CALLS = (Op.DOT, Op.CONV, Op.CONV_BACKPROP_INPUT, Op.CONV_BACKPROP_FILTER, Op.CONV3D,
+              Op.CONV3D_BACKPROP_INPUT, Op.CONV3D_BACKPROP_FILTER)
 # Smaller calls stay f32 between converts: oneDNN's bf16 kernels carry a fixed cost per
 # call (2 Zen 4 cores, 2026-12-07, against the f32 call on the widened operands, in one
 # process): a batched [16,10,32]x[16,32,16] product 0.60x as fast, a 3x3 convolution over

@@ -128,8 +128,9 @@ def _fold_at(add: Instr, users: dict, outputs: set) -> list | None:
                 and only_reader(v, reader, users, outputs):
             widened = widened or v.op is Op.CONVERT
             reader, v = v, v.operands[0]
+        # (a bf16 3-D call stays as it is: its fused bf16 kernel was not measured)
         if v.op not in _FUSED or v.dtype is not (dt.BF16 if widened else dt.F32) \
-                or not only_reader(v, reader, users, outputs):
+                or widened and v.op is not Op.CONV or not only_reader(v, reader, users, outputs):
             continue
         bias = _bias(b, v.shape[-1])
         if widened:     # a bf16 bias, widened (Keras casts its f32 variable to bf16)

@@ -203,3 +203,21 @@ TFJIT_EXPORT int32_t tfjit_aot_rt_conv2d_bias_bf16(void*, int32_t,
   }
 TFJIT_AOT_BACKPROP_BF16(conv2d_backprop_input, true)
 TFJIT_AOT_BACKPROP_BF16(conv2d_backprop_filter, false)
+
+// kind: 0 the convolution (a: x, b: the filter), 1 the input gradient (a: the filter, b:
+// the output's gradient), 2 the filter gradient (a: x, b: the output's gradient)
+#define TFJIT_AOT_CONV3D_BF16(name, kind)                                                         \
+  TFJIT_EXPORT int32_t tfjit_aot_rt_##name##_bf16(void*, int32_t, TFJIT_CONV3D_PARAMS(uint16_t)) { \
+    const int64_t x_size = batch * in_planes * in_rows * in_cols * in_depth;                     \
+    const int64_t w_size = filter_planes * filter_rows * filter_cols * in_depth * out_depth;     \
+    const int64_t y_size = batch * out_planes * out_rows * out_cols * out_depth;                 \
+    return ViaF32(out, kind == 0 ? y_size : kind == 1 ? x_size : w_size, a,                     \
+                  kind == 1 ? w_size : x_size, b, kind == 0 ? w_size : y_size,                 \
+                  [&](float* o, const float* wa, const float* wb) {                              \
+                    return tfjit_aot_rt_##name##_f32(nullptr, 0, o, wa, wb,                       \
+                                                     TFJIT_CONV3D_SIZE_ARGS);                     \
+                  });                                                                            \
+  }
+TFJIT_AOT_CONV3D_BF16(conv3d, 0)
+TFJIT_AOT_CONV3D_BF16(conv3d_backprop_input, 1)
+TFJIT_AOT_CONV3D_BF16(conv3d_backprop_filter, 2)

@@ -100,10 +100,11 @@ inline void TfjitBiasActivation(T* out, const T* bias, int64_t positions, int64_
       int64_t row_stride, int64_t col_stride, int64_t pad_front, int64_t pad_back,             \
       int64_t pad_top, int64_t pad_bottom, int64_t pad_left, int64_t pad_right
 #define TFJIT_CONV3D_PARAMS(T) T *out, const T *a, const T *b, TFJIT_CONV3D_SIZES
-#define TFJIT_CONV3D_ARGS                                                                     \
-  out, a, b, batch, in_planes, in_rows, in_cols, in_depth, filter_planes, filter_rows,          \
-      filter_cols, out_depth, out_planes, out_rows, out_cols, plane_stride, row_stride,         \
-      col_stride, pad_front, pad_back, pad_top, pad_bottom, pad_left, pad_right
+#define TFJIT_CONV3D_SIZE_ARGS                                                                \
+  batch, in_planes, in_rows, in_cols, in_depth, filter_planes, filter_rows, filter_cols,        \
+      out_depth, out_planes, out_rows, out_cols, plane_stride, row_stride, col_stride,          \
+      pad_front, pad_back, pad_top, pad_bottom, pad_left, pad_right
+#define TFJIT_CONV3D_ARGS out, a, b, TFJIT_CONV3D_SIZE_ARGS
 
 // A 3-D convolution with its bias [out_depth] and activation fused (_FusedConv3D):
 // the bias after the filter, the activation last.

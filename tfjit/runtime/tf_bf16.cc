@@ -8,8 +8,10 @@
 //     them with its bias and activation (passes/epilogue.py folds them), summed, added
 //     and clamped in f32 and rounded once (oneDNN's _FusedConv2D in bf16)
 //   tfjit_rt_conv2d_backprop_{input,filter}_bf16(runtime, kernel, TFJIT_BACKPROP_PARAMS(bf16))
-// `kernel` kOneDnn: TF's bf16 MatMul/BatchMatMulV2, Conv2D, Conv2DBackpropInput/Filter
-// on oneDNN's kernels, what graph mode runs (AVX512-BF16 or AMX). Any other family, or
+//   tfjit_rt_conv3d{,_backprop_input,_backprop_filter}_bf16(runtime, kernel,
+//     TFJIT_CONV3D_PARAMS(bf16))
+// `kernel` kOneDnn: TF's bf16 MatMul/BatchMatMulV2, Conv2D, Conv2DBackpropInput/Filter,
+// Conv3D, Conv3DBackpropInputV2/FilterV2 on oneDNN's kernels, what graph mode runs (AVX512-BF16 or AMX). Any other family, or
 // the host runner (IR text with bf16 calls, a call oneDNN refuses): the operands are
 // widened to f32 (exactly), the f32 call runs as its tfjit_rt_*_f32 entry runs it, and
 // the result is rounded to bf16 once, the arithmetic of the converts around an f32 call
@@ -144,6 +146,29 @@ int32_t BackpropBf16(void* runtime, int32_t family, TFJIT_BACKPROP_PARAMS(bfloat
                 });
 }
 
+// a: x (forward, filter gradient) or the filter (input gradient); b: the filter (forward)
+// or the output's gradient.
+template <Conv3DKind kKind>
+int32_t Conv3DBf16(void* runtime, int32_t family, TFJIT_CONV3D_PARAMS(bfloat16)) {
+  if (runtime != nullptr && family == kOneDnn) {
+    return Conv3D<bfloat16>(kKind, runtime, family, TFJIT_CONV3D_ARGS, nullptr);
+  }
+  const int64_t x_size = batch * in_planes * in_rows * in_cols * in_depth;
+  const int64_t w_size = filter_planes * filter_rows * filter_cols * in_depth * out_depth;
+  const int64_t y_size = batch * out_planes * out_rows * out_cols * out_depth;
+  const int64_t out_size = kKind == kForward ? y_size : kKind == kInputGradient ? x_size : w_size;
+  constexpr HostFn<TfjitConv3DFn<float>> kHost =
+      kKind == kForward ? &TfjitLinalg::conv3d_f32
+      : kKind == kInputGradient ? &TfjitLinalg::conv3d_backprop_input_f32
+                                : &TfjitLinalg::conv3d_backprop_filter_f32;
+  return ViaF32(runtime, out, out_size, a, kKind == kInputGradient ? w_size : x_size, b,
+                kKind == kForward ? w_size : y_size,
+                [&](float* o, const float* wa, const float* wb) {
+                  return Conv3D<float>(kKind, runtime, F32Family(family), o, wa, wb,
+                                       TFJIT_CONV3D_SIZE_ARGS, kHost);
+                });
+}
+
 }  // namespace
 }  // namespace tfjit
 }  // namespace tensorflow
@@ -172,3 +197,13 @@ TFJIT_EXPORT int32_t tfjit_rt_conv2d_backprop_filter_bf16(
     void* runtime, int32_t kernel, TFJIT_BACKPROP_PARAMS(tensorflow::bfloat16)) {
   return tensorflow::tfjit::BackpropBf16<false>(runtime, kernel, TFJIT_BACKPROP_ARGS);
 }
+
+#define TFJIT_CONV3D_BF16(name, kind)                                                           \
+  TFJIT_EXPORT int32_t tfjit_rt_##name##_bf16(void* runtime, int32_t kernel,                   \
+                                              TFJIT_CONV3D_PARAMS(tensorflow::bfloat16)) {     \
+    return tensorflow::tfjit::Conv3DBf16<tensorflow::tfjit::kind>(runtime, kernel,             \
+                                                                  TFJIT_CONV3D_ARGS);          \
+  }
+TFJIT_CONV3D_BF16(conv3d, kForward)
+TFJIT_CONV3D_BF16(conv3d_backprop_input, kInputGradient)
+TFJIT_CONV3D_BF16(conv3d_backprop_filter, kFilterGradient)

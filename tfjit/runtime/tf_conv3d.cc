@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,11 +37,7 @@ namespace tensorflow {
 namespace tfjit {
 namespace {
 
-enum Conv3DKind { kForward, kInputGradient, kFilterGradient };
 constexpr const char* kConv3DOps[3] = {"Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"};
-
-template <typename T>
-using Conv3DFn = TfjitConv3DFn<T> TfjitLinalg::*;
 
 // out[p, :] = activation(out[p, :] + bias) for rows [begin, end) of a BiasJob's output.
 template <typename T>
@@ -57,12 +54,16 @@ void BiasRows(void** job, int64_t begin, int64_t end) {
   TfjitBiasActivation(j->out + begin * j->depth, j->bias, end - begin, j->depth, j->activation);
 }
 
+}  // namespace
+
 // `bias`, where not null: activation(convolution + bias) (kForward only).
 template <typename T>
 int32_t Conv3D(Conv3DKind kind, void* runtime, int32_t family, TFJIT_CONV3D_PARAMS(T),
-               Conv3DFn<T> host, const T* bias = nullptr, int32_t activation = 0) {
+               HostFn<TfjitConv3DFn<T>> host, const T* bias, int32_t activation) {
   const int64_t positions = batch * out_planes * out_rows * out_cols;
-  if (bias != nullptr && (runtime == nullptr || family != kOneDnn)) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    bias = nullptr;     // (tf_bf16.cc makes no fused bf16 call)
+  } else if (bias != nullptr && (runtime == nullptr || family != kOneDnn)) {
     const int32_t rc = Conv3D<T>(kind, runtime, family, TFJIT_CONV3D_ARGS, host);
     if (rc != 0 || positions * out_depth == 0) return rc;
     BiasJob<T> job{out, bias, out_depth, activation};
@@ -82,7 +83,9 @@ int32_t Conv3D(Conv3DKind kind, void* runtime, int32_t family, TFJIT_CONV3D_PARA
   const TensorShape& result = kind == kForward ? y_shape : kind == kInputGradient ? x_shape : w_shape;
   if (x_shape.num_elements() == 0 || w_shape.num_elements() == 0 || y_shape.num_elements() == 0) {
     std::fill(out, out + result.num_elements(), T(0));   // a sum over nothing
-    if (bias != nullptr) TfjitBiasActivation(out, bias, positions, out_depth, activation);
+    if constexpr (!std::is_same_v<T, bfloat16>) {
+      if (bias != nullptr) TfjitBiasActivation(out, bias, positions, out_depth, activation);
+    }
     return 0;
   }
   if (runtime == nullptr) {
@@ -144,7 +147,13 @@ int32_t Conv3D(Conv3DKind kind, void* runtime, int32_t family, TFJIT_CONV3D_PARA
              &parts);
 }
 
-}  // namespace
+#define TFJIT_CONV3D_INSTANCE(T)                                                     \
+  template int32_t Conv3D<T>(Conv3DKind, void*, int32_t, TFJIT_CONV3D_PARAMS(T),    \
+                             HostFn<TfjitConv3DFn<T>>, const T*, int32_t);
+TFJIT_CONV3D_INSTANCE(float)
+TFJIT_CONV3D_INSTANCE(double)
+TFJIT_CONV3D_INSTANCE(bfloat16)
+
 }  // namespace tfjit
 }  // namespace tensorflow
 

@@ -164,6 +164,12 @@ int32_t Convolution(void* runtime, int32_t family, TFJIT_CONV2D_PARAMS(T), const
 template <typename T>
 int32_t Backprop(const char* op, bool of_input, bool depthwise, void* runtime, int32_t family,
                  TFJIT_BACKPROP_PARAMS(T), HostFn<TfjitBackpropFn<T>> eigen);
+// tf_conv3d.cc: the 3-D convolution (kForward, with `bias` where not null: float and
+// double only) and its two gradients.
+enum Conv3DKind { kForward, kInputGradient, kFilterGradient };
+template <typename T>
+int32_t Conv3D(Conv3DKind kind, void* runtime, int32_t family, TFJIT_CONV3D_PARAMS(T),
+               HostFn<TfjitConv3DFn<T>> host, const T* bias = nullptr, int32_t activation = 0);
 
 // TF's fused_ops for a fused convolution's activation (TfjitActivation).
 std::vector<std::string> FusedOps(int32_t activation);
