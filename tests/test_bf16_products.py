@@ -534,3 +534,29 @@ def test_the_kernel_choice_for_bf16_calls(onednn, native):
             assert family == library.MEASURED_WITHOUT_ONEDNN and why.startswith("in f32"), why
         else:
             assert family == library.MEASURED and why.startswith("in f32"), why
+
+
+def test_a_rounding_read_at_many_taps_is_computed_once(rng):
+    """Keras's Rescaling then a bilinear Resizing, and a depthwise convolution after a
+    bf16 scale and shift (a batch norm's), under mixed_bfloat16: each rounding read at
+    many taps gets a kernel of its own (passes/windows.py duplicated_rounding); the
+    results are TF's (the resize bit for bit: its arithmetic is TF's kernel's)."""
+    x = tf.constant(rng.uniform(0, 255, (3, 17, 23, 3)).astype(np.float32))
+    y = _bf16(rng, (2, 13, 11, 7))
+    scale, shift, w = _bf16(rng, (7,)), _bf16(rng, (7,)), _bf16(rng, (3, 3, 7, 1))
+
+    def resize(x):
+        return tf.image.resize(tf.cast(x, tf.bfloat16) * tf.cast(1 / 255, tf.bfloat16), (29, 37))
+
+    def depthwise(y, scale, shift, w):
+        return tf.nn.depthwise_conv2d(tf.nn.relu6(y * scale + shift), w, [1, 1, 1, 1], "SAME")
+    for fn, args in ((resize, (x,)), (depthwise, (y, scale, shift, w))):
+        f = tfjit.function(fn, jit_compile=True)
+        notes = [n for k in f.compiled(*args).fusions for n in k.notes]
+        assert any("a rounding to bf16 that, fused, would be computed" in n for n in notes), notes
+        got, want = f(*args).numpy(), tf.function(fn)(*args).numpy()
+        if fn is resize:
+            np.testing.assert_array_equal(got, want)
+        else:
+            assert_matches(got.astype(np.float32), want.astype(np.float32), rtol=2e-2,
+                           atol=2e-2 * float(np.max(np.abs(want.astype(np.float32)))))

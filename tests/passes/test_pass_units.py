@@ -412,3 +412,41 @@ def test_a_convert_read_by_a_call_moves_before_the_reshape_it_reads():
         "ROOT (%dot.7)", "%exp.8 = f32[4,288] exp(%convert.6)\n  ROOT (%dot.7, %exp.8)")))
     assert not ConvertsBeforeReshapes().run(parse_module(WIDENED_FLATTEN.replace(
         "ROOT (%dot.7)", "ROOT (%dot.7, %reshape.5)")))
+
+
+
+def _rounded_stencil(taps: list) -> str:
+    """A bf16 layer's step (x * 0.5, rounded) read by a stencil at ``taps`` (row, column)
+    offsets over [2, 10, 10, 8], 8x8 outputs."""
+    lines = ["module stencil {", "  %p0 = bf16[2,10,10,8] parameter(0)",
+             "  %convert.0 = f32[2,10,10,8] convert(%p0)",
+             "  %constant.1 = f32[] constant(0.5)",
+             "  %broadcast.2 = f32[2,10,10,8] broadcast(%constant.1), dims={}",
+             "  %multiply.3 = f32[2,10,10,8] multiply(%convert.0, %broadcast.2)",
+             "  %convert.4 = bf16[2,10,10,8] convert(%multiply.3)",
+             "  %convert.5 = f32[2,10,10,8] convert(%convert.4)"]
+    total = None
+    for k, (r, c) in enumerate(taps):
+        lines.append(f"  %slice.{10 + k} = f32[2,8,8,8] slice(%convert.5), starts={{0,{r},{c},0}}, "
+                     "strides={1,1,1,1}")
+        if total is not None:
+            lines.append(f"  %add.{30 + k} = f32[2,8,8,8] add({total}, %slice.{10 + k})")
+        total = f"%slice.{10}" if total is None else f"%add.{30 + k}"
+    return "\n".join(lines + [f"  ROOT ({total})", "}", ""])
+
+
+@pytest.mark.parametrize("taps, alone", [(9, True), (2, False)])
+def test_a_rounding_read_at_many_taps_gets_a_kernel_of_its_own(taps, alone):
+    """A bf16 layer's rounding read by a 3x3 stencil: computed once into a bf16 buffer
+    (9 x 64 / 100 = 5.8 evaluations an element), not at each tap (passes/windows.py);
+    read at two taps (1.3) it stays fused."""
+    m = parse_module(_rounded_stencil([(r, c) for r in range(3) for c in range(3)][:taps]))
+    DCE().run(m)
+    kernels = fusion.fuse(m)
+    verify.fusions(m, kernels)
+    rounded = [f for f in kernels if any(r.name == "convert.4" for r in f.roots)]
+    assert bool(rounded) is alone, [(f.name, f.roots, f.notes) for f in kernels]
+    if alone:
+        assert len(kernels) == 2 and rounded[0].roots[0].dtype.name == "bf16"
+        assert any("a rounding to bf16" in n and "6 times per element" in n
+                   for n in rounded[0].notes), rounded[0].notes

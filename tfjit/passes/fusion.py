@@ -324,7 +324,9 @@ def fuse(m: Module, loop_body: bool = False, views: bool = True) -> list:
             continue
         (f,) = owners
         if i.op.kind is Kind.ELEMENTWISE and f.kind in ("loop", "reduce"):
-            why = windows.duplicated_window(i, b.maps.get(i, {0: 1.0}), f.shape, b.order)
+            maps = b.maps.get(i, {0: 1.0})
+            why = windows.duplicated_window(i, maps, f.shape, b.order) \
+                or windows.duplicated_rounding(i, maps, f.shape)
             if why:
                 b.start(i, why)
                 continue

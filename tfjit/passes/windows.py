@@ -23,6 +23,10 @@ whose consumer reuses operand elements); here the measure is the count itself:
   only) and it
   reads some value below it at ``WINDOW_MIN_TAPS`` or more maps itself (a window).
 
+A rounding to bf16 or f16 is costly in itself (``duplicated_rounding``): it gets a
+kernel of its own from ``ROUNDING_MIN_EVALUATIONS`` evaluations an element, window
+or not.
+
 The maps are hashes of (map of the user, user, operand position): different ops give
 different maps even where they index alike, so the count errs towards more maps; sets
 stop growing at ``MAX_MAPS`` (the decision only asks whether a count is small).
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import math
 
+from tfjit import dtypes as dt
 from tfjit.ir.module import Instr
 from tfjit.ir.ops import Kind, Op
 from tfjit.passes.kernels import in_memory
@@ -38,6 +43,7 @@ from tfjit.passes.kernels import in_memory
 MAX_MAPS = 64
 DUPLICATION_MIN = 2
 WINDOW_MIN_TAPS = 4
+ROUNDING_MIN_EVALUATIONS = 4
 _LOOKAHEAD = 512          # values examined below a producer (compile time stays bounded)
 
 
@@ -98,6 +104,25 @@ def window_taps(i: Instr, order: dict) -> int:
         if not _stops(v) and v in table:
             add_maps(table, v)
     return max(len(m) for m in table.values())
+
+
+def duplicated_rounding(i: Instr, maps: dict, kernel_shape: tuple) -> str | None:
+    """Why rounding ``i`` (an f32 value converted to bf16 or f16), read at ``maps`` in a
+    kernel over ``kernel_shape``, gets a kernel of its own; None where fusing it costs
+    little.  A rounding is about eight vector instructions an element (registers hold
+    halves as f32: codegen/elemental.py), and Keras's bf16 layers round after every
+    step, so a stencil fused after a bf16 layer computed the layer's roundings at each
+    tap: a 5x5 depthwise convolution after a bf16 1x1 convolution's bias and ReLU took
+    2.14 ms, against 0.48 in f32.  From ``ROUNDING_MIN_EVALUATIONS`` evaluations an
+    element the rounded value is written once, in its half type, and read back."""
+    if i.op is not Op.CONVERT or i.dtype not in (dt.BF16, dt.F16) \
+            or i.operands[0].dtype not in (dt.F32, dt.F64):
+        return None
+    evaluations = sum(maps.values()) * math.prod(kernel_shape) / max(i.size, 1)
+    if evaluations < ROUNDING_MIN_EVALUATIONS:
+        return None
+    return (f"{i!r} gets a kernel of its own: a rounding to {i.dtype.name} that, fused, would be "
+            f"computed {evaluations:.0f} times per element")
 
 
 def duplicated_window(i: Instr, maps: dict, kernel_shape: tuple, order: dict) -> str | None:
