@@ -215,11 +215,14 @@ BIAS_FOLDS = [
     ((4, 33, 35, 29), (3, 3, 29, 31), 2, "SAME", "relu6", "conv"),
     ((3, 16, 16, 64), (3, 3, 64, 64), 1, "SAME", "none", "conv"),
     ((8, 64, 64, 16), (2, 2, 16, 64), 3, "VALID", "relu", "output"),
+    ((8, 24, 24, 32), (1, 1, 32, 32), 1, "VALID", "min6", "depthwise"),
 ]                   # (each convolution at least BF16_CALL_FLOPS)
 
 
 def _activation(kind, y):
-    return {"none": y, "relu": tf.nn.relu(y), "relu6": tf.nn.relu6(y)}[kind]
+    """("min6": Relu6 as two bf16 ops, each rounded: a ReLU, then a min with 6)"""
+    return {"none": y, "relu": tf.nn.relu(y), "relu6": tf.nn.relu6(y),
+            "min6": tf.minimum(tf.nn.relu(y), tf.cast(6, y.dtype))}[kind]
 
 
 @pytest.mark.parametrize("case", range(len(BIAS_FOLDS)))
@@ -250,7 +253,8 @@ def test_a_bf16_convolutions_bias_and_activation_fold_into_its_call(case, rng, b
     f = tfjit.function(fn, jit_compile=True)
     text = _optimized(f, *args)
     folded = [line for line in text.splitlines() if " convolution-bias(" in line]
-    assert len(folded) == 1 and "= bf16[" in folded[0] and f"activation={kind}" in folded[0], text
+    fused = "relu6" if kind == "min6" else kind
+    assert len(folded) == 1 and "= bf16[" in folded[0] and f"activation={fused}" in folded[0], text
     # the layer alone: one rounding of activation(f32 sum + bias)
     g = tfjit.function(layer, jit_compile=True)
     assert " convolution-bias(" in _optimized(g, x, w, b)
