@@ -4,14 +4,15 @@
 // and more):
 //   tfjit_rt_dot_bf16(runtime, kernel, TFJIT_DOT_PARAMS(bf16))
 //   tfjit_rt_conv2d_bf16(runtime, kernel, TFJIT_CONV2D_PARAMS(bf16))
-//   tfjit_rt_conv2d_bias_bf16(runtime, kernel, TFJIT_CONV2D_BIAS_PARAMS(bf16)): one of
-//     them with its bias and activation (passes/epilogue.py folds them), summed, added
-//     and clamped in f32 and rounded once (oneDNN's _FusedConv2D in bf16)
+//   tfjit_rt_conv2d_bias_bf16(runtime, kernel, TFJIT_CONV2D_BIAS_PARAMS(bf16)): the
+//     convolution with its bias and activation (passes/epilogue.py folds them), summed,
+//     added and clamped in f32 and rounded once (oneDNN's _FusedConv2D in bf16)
 //   tfjit_rt_conv2d_backprop_{input,filter}_bf16(runtime, kernel, TFJIT_BACKPROP_PARAMS(bf16))
 //   tfjit_rt_conv3d{,_backprop_input,_backprop_filter}_bf16(runtime, kernel,
 //     TFJIT_CONV3D_PARAMS(bf16))
-// `kernel` kOneDnn: TF's bf16 MatMul/BatchMatMulV2, Conv2D, Conv2DBackpropInput/Filter,
-// Conv3D, Conv3DBackpropInputV2/FilterV2 on oneDNN's kernels, what graph mode runs (AVX512-BF16 or AMX). Any other family, or
+// `kernel` kOneDnn: TF's bf16 MatMul/BatchMatMulV2, Conv2D (_FusedConv2D),
+// Conv2DBackpropInput/Filter, Conv3D, Conv3DBackpropInputV2/FilterV2 on oneDNN's
+// kernels, what graph mode runs (AVX512-BF16 or AMX). Any other family, or
 // the host runner (IR text with bf16 calls, a call oneDNN refuses): the operands are
 // widened to f32 (exactly), the f32 call runs as its tfjit_rt_*_f32 entry runs it, and
 // the result is rounded to bf16 once, the arithmetic of the converts around an f32 call
