@@ -530,6 +530,11 @@ def test_the_kernel_choice_for_bf16_calls(onednn, native):
     # graph mode runs oneDNN
     calls.append(m.convolution_bias(x, w, m.parameter(dt.BF16, (32,)), (1, 1), (1, 1), (1, 1, 1, 1),
                                     "relu"))
+    # a 3-D convolution and its input gradient (SAME padding: TF's 3-D ops take no other)
+    x3, w3 = m.parameter(dt.BF16, (4, 8, 16, 16, 16)), m.parameter(dt.BF16, (3, 3, 3, 16, 16))
+    calls.append(m.convolution_3d(Op.CONV3D, x3, w3, (1, 1, 1), (1, 1, 1, 1, 1, 1)))
+    calls.append(m.convolution_3d(Op.CONV3D_BACKPROP_INPUT, w3, m.parameter(dt.BF16, calls[-1].shape),
+                                  (1, 1, 1), (1, 1, 1, 1, 1, 1), shape=x3.shape))
     for call in calls + [wide] + small:
         family, why = library.tf_kernel(call, onednn, native)
         if onednn and native and call in calls:
