@@ -240,6 +240,9 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
     step)."""
     if i.op in (Op.QR, Op.LU, Op.MATRIX_SOLVE_LS, Op.FFT) or i.op in SOLVER_ATTRS or i.op in SPECTRAL_ATTRS:
         return DEFAULT, f"TF has no oneDNN kernel for {_CALLS[i.op][2](i)}"
+    # a fused ReLU where TF's graph mode runs no oneDNN: oneDNN's ReLU post-op turns NaN
+    # into 0 where TF's Relu and its Eigen fused kernel keep it
+    nan_keeping_relu = i.op is Op.CONV_BIAS and i.attrs["activation"] != "none" and not onednn
     if i.dtype is dt.BF16:
         small = library_flops(i) < BF16_CALL_FLOPS   # (IR text may have them)
         if onednn and native_bf16 and not small and (i.op is Op.DOT or not _pads_beyond_window(i)):
@@ -248,9 +251,9 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
         why = ("TF runs no oneDNN here" if not onednn else "the CPU has no bf16 arithmetic"
                if not native_bf16 else f"under {BF16_CALL_FLOPS} flops oneDNN's bf16 kernel "
                "costs more than the call" if small else "oneDNN refuses this padding")
-        relu = i.op is Op.CONV_BIAS and i.attrs["activation"] != "none" and not onednn
-        return MEASURED_WITHOUT_ONEDNN if relu else MEASURED, (f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the "
-                          f"operands widened, {_MEASURED}, the result rounded once")
+        return (MEASURED_WITHOUT_ONEDNN if nan_keeping_relu else MEASURED), (
+            f"in f32 ({why}; TF's default bf16 kernels are Eigen's slow ones): the operands "
+            f"widened, {_WITHOUT_ONEDNN if nan_keeping_relu else _MEASURED}, the result rounded once")
     if i.dtype is not dt.F32:
         return DEFAULT, "oneDNN's kernels take f32, bf16 and f16 only"
     if i.op is not Op.DOT and _pads_beyond_window(i):
@@ -260,11 +263,10 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
                 "mode's remapper makes of Conv3D + BiasAdd + Relu where TF runs oneDNN)") if onednn \
             else (MEASURED, f"{_MEASURED}, then the bias and activation in a loop of its own: TF has no "
                   "fused 3-D convolution without oneDNN")
-    if i.op is Op.CONV_BIAS and i.attrs["activation"] != "none" and not onednn:
+    if nan_keeping_relu:
         return MEASURED_WITHOUT_ONEDNN, (
             "TF's graph mode runs no oneDNN kernels here, and oneDNN's ReLU post-op turns NaN "
-            "into 0 where TF's Relu and its Eigen fused kernel keep it: the fastest of the "
-            "default kernel whole and in parts, timed over its first calls")
+            f"into 0 where TF's Relu and its Eigen fused kernel keep it: {_WITHOUT_ONEDNN}")
     if onednn and output_positions(i) >= ONEDNN_SURE_POSITIONS:
         return ONEDNN, ("TF runs oneDNN's kernels on this CPU (TF_ENABLE_ONEDNN_OPTS), and the "
                         f"call has >= {ONEDNN_SURE_POSITIONS} output positions")
@@ -277,6 +279,7 @@ def tf_kernel(i, onednn: bool, native_bf16: bool = False) -> tuple[int, str]:
 # What a measured call runs (runtime/kernel_choice.cc, kernel_parts.cc).
 _MEASURED = ("the fastest of TF's default and oneDNN kernels and the default one run in parts "
              "side by side (where the call divides), timed over its first calls")
+_WITHOUT_ONEDNN = "the fastest of the default kernel whole and in parts, timed over its first calls"
 
 
 def output_positions(i) -> int:

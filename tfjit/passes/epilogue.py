@@ -68,7 +68,7 @@ import numpy as np
 
 from tfjit import dtypes as dt
 from tfjit.ir.module import Instr, Module
-from tfjit.ir.ops import Kind, Op
+from tfjit.ir.ops import CONV_ACTIVATIONS, Kind, Op
 from tfjit.passes.simplify import only_reader, substitute
 
 
@@ -144,12 +144,17 @@ def _fold_at(add: Instr, users: dict, outputs: set) -> list | None:
     return None
 
 
-def _activation(add: Instr, users: dict, outputs: set) -> tuple:
-    """(activation, its last instruction) after an f32 add: max(v, 0) [then min(., 6)]."""
-    activation, end = "none", add
-    for kind, op, bound in (("relu", Op.MAX, 0.0), ("relu6", Op.MIN, 6.0)):
-        clamp = _clamp(end, users, outputs, op, bound)
-        if clamp is None:
+# the step each activation adds to the one before it (CONV_ACTIVATIONS' order)
+_CLAMPS = (("relu", Op.MAX, 0.0), ("relu6", Op.MIN, 6.0))
+
+
+def _activation(v: Instr, users: dict, outputs: set, after: str = "none") -> tuple:
+    """(activation, its last instruction) in f32 from ``v``, whose value has had ``after``
+    applied: max(v, 0) then min(., 6), each read alone by the next."""
+    activation, end = after, v
+    for kind, op, bound in _CLAMPS[CONV_ACTIVATIONS.index(after):]:
+        clamp = _sole_reader(end, users, outputs)
+        if clamp is None or clamp.op is not op or not _clamps(clamp, end, bound):
             break
         activation, end = kind, clamp
     return activation, end
@@ -160,18 +165,12 @@ def _bf16_activation(add: Instr, users: dict, outputs: set) -> tuple:
     rounds its result: ``round(add)``, then ``round(max(widen(.), 0))`` with TF's Relu,
     ``round(min(max(widen(.), 0), 6))`` with Relu6, or a rounded min(widen(.), 6) after a
     rounded ReLU; (none, None) where the add is not rounded alone."""
-    end = _round(add, users, outputs)
-    activation = "none"
+    activation, end = "none", _round(add, users, outputs)
     while end is not None and activation != "relu6":
-        nxt = users[end] if end not in outputs else []
-        if len(nxt) != 1 or not _widens_bf16(nxt[0]):
+        widen = _sole_reader(end, users, outputs)
+        if widen is None or not _widens_bf16(widen):
             break
-        step, v = activation, nxt[0]
-        for kind, op, bound in (("relu", Op.MAX, 0.0), ("relu6", Op.MIN, 6.0)):
-            if (kind == "relu") == (step == "none"):
-                clamp = _clamp(v, users, outputs, op, bound)
-                if clamp is not None:
-                    step, v = kind, clamp
+        step, v = _activation(widen, users, outputs, after=activation)
         rounded = _round(v, users, outputs) if step != activation else None
         if rounded is None:
             break
@@ -179,17 +178,16 @@ def _bf16_activation(add: Instr, users: dict, outputs: set) -> tuple:
     return activation, end
 
 
-def _clamp(v: Instr, users: dict, outputs: set, op: Op, bound: float) -> Instr | None:
-    """The clamp ``op(v, bound)`` that alone reads ``v``, or None."""
-    nxt = users[v] if v not in outputs else []
-    return nxt[0] if len(nxt) == 1 and nxt[0].op is op and _clamps(nxt[0], v, bound) else None
+def _sole_reader(v: Instr, users: dict, outputs: set) -> Instr | None:
+    """The one instruction that reads ``v`` (not an output), or None."""
+    readers = users[v] if v not in outputs else []
+    return readers[0] if len(readers) == 1 else None
 
 
 def _round(v: Instr, users: dict, outputs: set) -> Instr | None:
     """The convert of f32 ``v`` to bf16 that alone reads it, or None."""
-    nxt = users[v] if v not in outputs else []
-    ok = len(nxt) == 1 and nxt[0].op is Op.CONVERT and nxt[0].dtype is dt.BF16
-    return nxt[0] if ok else None
+    r = _sole_reader(v, users, outputs)
+    return r if r is not None and r.op is Op.CONVERT and r.dtype is dt.BF16 else None
 
 
 def _widens_bf16(v: Instr) -> bool:

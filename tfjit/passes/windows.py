@@ -106,6 +106,12 @@ def window_taps(i: Instr, order: dict) -> int:
     return max(len(m) for m in table.values())
 
 
+def _evaluations(i: Instr, maps: dict, kernel_shape: tuple) -> float:
+    """How many times a kernel over ``kernel_shape`` reading ``i`` at ``maps`` would
+    compute each of its elements, fused."""
+    return sum(maps.values()) * math.prod(kernel_shape) / max(i.size, 1)
+
+
 def duplicated_rounding(i: Instr, maps: dict, kernel_shape: tuple) -> str | None:
     """Why rounding ``i`` (an f32 value converted to bf16 or f16), read at ``maps`` in a
     kernel over ``kernel_shape``, gets a kernel of its own; None where fusing it costs
@@ -118,7 +124,7 @@ def duplicated_rounding(i: Instr, maps: dict, kernel_shape: tuple) -> str | None
     if i.op is not Op.CONVERT or i.dtype not in (dt.BF16, dt.F16) \
             or i.operands[0].dtype not in (dt.F32, dt.F64):
         return None
-    evaluations = sum(maps.values()) * math.prod(kernel_shape) / max(i.size, 1)
+    evaluations = _evaluations(i, maps, kernel_shape)
     if evaluations < ROUNDING_MIN_EVALUATIONS:
         return None
     return (f"{i!r} gets a kernel of its own: a rounding to {i.dtype.name} that, fused, would be "
@@ -128,7 +134,7 @@ def duplicated_rounding(i: Instr, maps: dict, kernel_shape: tuple) -> str | None
 def duplicated_window(i: Instr, maps: dict, kernel_shape: tuple, order: dict) -> str | None:
     """Why window ``i``, read at ``maps`` in a kernel over ``kernel_shape``, gets a
     kernel of its own; None where fusing it costs little."""
-    evaluations = sum(maps.values()) * math.prod(kernel_shape) / max(i.size, 1)
+    evaluations = _evaluations(i, maps, kernel_shape)
     if evaluations < DUPLICATION_MIN:
         return None
     taps = window_taps(i, order)
